@@ -1,0 +1,1 @@
+"""MiniGPT: train small GPT language models from scratch, the Hugging Face way."""
