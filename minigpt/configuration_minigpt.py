@@ -1,0 +1,97 @@
+"""MiniGPTConfig: the architecture of a MiniGPT model, and nothing else.
+
+Training, data and tokenizer settings live in the run config (`minigpt/config.py`); generation
+settings live in `GenerationConfig`. This file imports nothing from the `minigpt` package so that
+`save_pretrained` can ship it as remote code.
+"""
+
+from __future__ import annotations
+
+from transformers import PretrainedConfig
+
+POSITION_EMBEDDING_TYPES = ("learned", "rope")
+
+
+class MiniGPTConfig(PretrainedConfig):
+    r"""Configuration of a decoder-only GPT (pre-norm blocks, fused QKV, GELU MLP).
+
+    Every field is validated at construction: a bad value raises `ValueError` naming the field.
+    """
+
+    model_type = "minigpt"
+    keys_to_ignore_at_inference = ["cache"]
+
+    vocab_size: int = 2048  # tokens in the vocabulary (the tokenizer's size)
+    hidden_size: int = 128  # width of the residual stream
+    num_hidden_layers: int = 4  # transformer blocks
+    num_attention_heads: int = 4  # heads per attention layer; must divide hidden_size
+    intermediate_size: int | None = None  # MLP width; None means 4 * hidden_size (GPT-2)
+    max_position_embeddings: int = 256  # longest sequence (prompt + generated) the model accepts
+    position_embedding_type: str = "learned"  # "learned" (GPT-2) or "rope" (rotary, RoFormer)
+    rope_theta: float = 10000.0  # rotary base frequency, used when position_embedding_type == "rope"
+    hidden_act: str = "gelu_pytorch_tanh"  # MLP activation, any name in transformers' ACT2FN
+    hidden_dropout: float = 0.0  # dropout on embeddings and residual branches
+    attention_dropout: float = 0.0  # dropout on attention probabilities
+    bias: bool = True  # biases in linear layers and layer norms (False is faster, as in nanoGPT)
+    layer_norm_epsilon: float = 1e-5  # epsilon of every LayerNorm
+    initializer_range: float = 0.02  # std of the normal init of matrices and embeddings (GPT-2)
+    tie_word_embeddings: bool = True  # share the input embedding with the output head
+    use_cache: bool = True  # return a KV cache from forward when generating
+    bos_token_id: int | None = None  # beginning-of-sequence token (None: no BOS)
+    eos_token_id: int | list[int] | None = None  # end-of-text token that separates documents
+    pad_token_id: int | None = None  # padding token for batched generation
+
+    def __post_init__(self, **kwargs):
+        if self.intermediate_size is None:
+            self.intermediate_size = 4 * self.hidden_size
+        super().__post_init__(**kwargs)
+        self.validate_architecture()
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    def validate_architecture(self) -> None:
+        """Raise ValueError naming the first invalid field (called at construction and load)."""
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"MiniGPTConfig.{name} must be a positive integer, got {value!r}")
+        if self.hidden_size % self.num_attention_heads != 0:
+            raise ValueError(
+                f"MiniGPTConfig.hidden_size ({self.hidden_size}) must be divisible by "
+                f"num_attention_heads ({self.num_attention_heads})"
+            )
+        if self.position_embedding_type == "rope" and self.head_dim % 2 != 0:
+            raise ValueError(
+                f"MiniGPTConfig.hidden_size / num_attention_heads must be even for rope, got {self.head_dim}"
+            )
+        for name in ("hidden_dropout", "attention_dropout"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"MiniGPTConfig.{name} must be in [0, 1), got {value!r}")
+        if self.position_embedding_type not in POSITION_EMBEDDING_TYPES:
+            raise ValueError(
+                f"MiniGPTConfig.position_embedding_type must be one of {POSITION_EMBEDDING_TYPES}, "
+                f"got {self.position_embedding_type!r}"
+            )
+        if self.layer_norm_epsilon <= 0:
+            raise ValueError(
+                f"MiniGPTConfig.layer_norm_epsilon must be positive, got {self.layer_norm_epsilon!r}"
+            )
+        if self.initializer_range <= 0:
+            raise ValueError(
+                f"MiniGPTConfig.initializer_range must be positive, got {self.initializer_range!r}"
+            )
+        if self.rope_theta <= 0:
+            raise ValueError(f"MiniGPTConfig.rope_theta must be positive, got {self.rope_theta!r}")
+
+
+__all__ = ["MiniGPTConfig"]

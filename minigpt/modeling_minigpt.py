@@ -1,0 +1,356 @@
+"""MiniGPT: a decoder-only transformer written as a transformers model.
+
+GPT-2's architecture (pre-norm blocks, learned positions, GELU MLP, tied embeddings) with a fused
+QKV projection, rotary positions as an option, and attention through transformers' attention
+interface so `eager`, `sdpa` and flash attention are selectable with `attn_implementation`.
+
+This file imports only torch, transformers and its sibling `configuration_minigpt.py` (relative
+import), so `save_pretrained` can ship both as remote code.
+
+Shapes in comments: B batch, T new tokens, S = past + T keys, C hidden size, nh heads,
+hs head size (C // nh), V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.cache_utils import Cache, DynamicCache
+from transformers.masking_utils import create_causal_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.utils.deprecation import deprecate_kwarg
+
+from .configuration_minigpt import MiniGPTConfig
+
+
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,  # (B, nh, T, hs)
+    key: torch.Tensor,  # (B, nh, S, hs)
+    value: torch.Tensor,  # (B, nh, S, hs)
+    attention_mask: torch.Tensor | None,  # (B, 1, T, S) additive float mask, or None
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reference attention in plain matmuls; returns (B, T, nh, hs) like every interface."""
+    scores = torch.matmul(query, key.transpose(2, 3)) * scaling  # (B, nh, T, S)
+    if attention_mask is not None:
+        scores = scores + attention_mask
+    elif query.shape[2] > 1:
+        # No mask given (training, no padding): causal mask aligned to the end of the keys.
+        T, S = query.shape[2], key.shape[2]
+        causal = torch.ones(T, S, dtype=torch.bool, device=query.device).tril(diagonal=S - T)
+        scores = scores.masked_fill(~causal, torch.finfo(scores.dtype).min)
+    # Softmax in fp32 for stability under bf16/fp16, as in GPT-2 and Llama.
+    probs = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    probs = nn.functional.dropout(probs, p=dropout, training=module.training)
+    output = torch.matmul(probs, value)  # (B, nh, T, hs)
+    return output.transpose(1, 2).contiguous(), probs
+
+
+class MiniGPTRotaryEmbedding(nn.Module):
+    """Rotary position embeddings (RoFormer, Su et al. 2021): cos/sin tables per position."""
+
+    def __init__(self, config: MiniGPTConfig):
+        super().__init__()
+        self.inv_freq = nn.Buffer(self.inverse_frequencies(config), persistent=False)  # (hs / 2,)
+
+    @staticmethod
+    def inverse_frequencies(config: MiniGPTConfig) -> torch.Tensor:
+        head_dim = config.hidden_size // config.num_attention_heads
+        return 1.0 / (config.rope_theta ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
+
+    @torch.no_grad()
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = position_ids[..., None].float() * self.inv_freq.to(x.device)  # (B, T, hs / 2)
+        emb = torch.cat((freqs, freqs), dim=-1)  # (B, T, hs)
+        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate (B, nh, T, hs) queries or keys by (B, T, hs) cos/sin tables."""
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (B, 1, T, hs): broadcast over heads
+    return x * cos + rotate_half(x) * sin
+
+
+class MiniGPTAttention(nn.Module):
+    """Multi-head causal self-attention with one fused QKV projection."""
+
+    def __init__(self, config: MiniGPTConfig, layer_idx: int):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.scaling = self.head_dim**-0.5
+        self.is_causal = True  # read by the sdpa and flash interfaces
+        self.num_key_value_groups = 1  # read by the sdpa interface (no grouped-query attention)
+        self.c_attn = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.bias)
+        self.c_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=config.bias)
+        self.c_proj.is_residual_projection = True  # scaled init, see _init_weights
+        self.resid_dropout = nn.Dropout(config.hidden_dropout)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,  # (B, T, C)
+        attention_mask: torch.Tensor | None = None,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+        cache: Cache | None = None,
+        **kwargs,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        B, T, C = hidden_states.shape
+        qkv = self.c_attn(hidden_states).view(B, T, 3, self.num_heads, self.head_dim)
+        query, key, value = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, nh, T, hs)
+        if position_embeddings is not None:
+            cos, sin = position_embeddings
+            query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
+        if cache is not None:
+            key, value = cache.update(key, value, self.layer_idx)  # (B, nh, S, hs)
+
+        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
+        output, weights = attention_interface(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=self.config.attention_dropout if self.training else 0.0,
+            scaling=self.scaling,
+            **kwargs,
+        )  # output: (B, T, nh, hs)
+        output = self.resid_dropout(self.c_proj(output.reshape(B, T, C)))
+        return output, weights
+
+
+class MiniGPTMLP(nn.Module):
+    def __init__(self, config: MiniGPTConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.bias)
+        self.act = ACT2FN[config.hidden_act]
+        self.c_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.bias)
+        self.c_proj.is_residual_projection = True  # scaled init, see _init_weights
+        self.dropout = nn.Dropout(config.hidden_dropout)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:  # (B, T, C) -> (B, T, C)
+        return self.dropout(self.c_proj(self.act(self.c_fc(hidden_states))))
+
+
+class MiniGPTBlock(GradientCheckpointingLayer):
+    """Pre-norm transformer block: x + attn(ln(x)), then x + mlp(ln(x)) (GPT-2)."""
+
+    def __init__(self, config: MiniGPTConfig, layer_idx: int):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_epsilon, bias=config.bias)
+        self.attn = MiniGPTAttention(config, layer_idx)
+        self.ln_2 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_epsilon, bias=config.bias)
+        self.mlp = MiniGPTMLP(config)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,  # (B, T, C), positional for activation checkpointing
+        attention_mask: torch.Tensor | None = None,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+        cache: Cache | None = None,
+        **kwargs,
+    ) -> torch.Tensor:
+        attn_output, _ = self.attn(
+            self.ln_1(hidden_states),
+            attention_mask=attention_mask,
+            position_embeddings=position_embeddings,
+            cache=cache,
+            **kwargs,
+        )
+        hidden_states = hidden_states + attn_output
+        return hidden_states + self.mlp(self.ln_2(hidden_states))
+
+
+class MiniGPTPreTrainedModel(PreTrainedModel):
+    config_class = MiniGPTConfig
+    config: MiniGPTConfig
+    base_model_prefix = "transformer"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["MiniGPTBlock"]
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = False
+    _supports_attention_backend = True
+    _can_compile_fullgraph = True
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, nn.Linear) and getattr(module, "is_residual_projection", False):
+            # GPT-2: scale the residual projections by 1/sqrt(2 * n_layer) so the residual
+            # stream's variance does not grow with depth (two residual branches per block).
+            std = self.config.initializer_range / math.sqrt(2 * self.config.num_hidden_layers)
+            init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, MiniGPTRotaryEmbedding):
+            # A non-persistent buffer: from_pretrained builds the model on the meta device, so
+            # the table must be recomputed here rather than loaded.
+            init.copy_(module.inv_freq, module.inverse_frequencies(self.config))
+        else:
+            # Normal(0, initializer_range) for matrices and embeddings, ones/zeros for norms.
+            super()._init_weights(module)
+
+
+class MiniGPTModel(MiniGPTPreTrainedModel):
+    """The transformer trunk: embeddings, blocks, final norm; returns hidden states and cache."""
+
+    def __init__(self, config: MiniGPTConfig):
+        super().__init__(config)
+        self.wte = nn.Embedding(config.vocab_size, config.hidden_size)
+        if config.position_embedding_type == "learned":
+            self.wpe = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        else:
+            self.rotary_emb = MiniGPTRotaryEmbedding(config)
+        self.drop = nn.Dropout(config.hidden_dropout)
+        self.h = nn.ModuleList(MiniGPTBlock(config, i) for i in range(config.num_hidden_layers))
+        self.ln_f = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_epsilon, bias=config.bias)
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.wte
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.wte = value
+
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,  # (B, T)
+        attention_mask: torch.Tensor | None = None,  # (B, S): 1 for real tokens, 0 for padding
+        position_ids: torch.LongTensor | None = None,  # (B, T)
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,  # (B, T, C)
+        use_cache: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPast:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of input_ids or inputs_embeds")
+        if inputs_embeds is None:
+            inputs_embeds = self.wte(input_ids)  # (B, T, C)
+        use_cache = use_cache if use_cache is not None else self.config.use_cache
+        if self.gradient_checkpointing and self.training:
+            use_cache = False  # a cache would hold every layer's activations, defeating checkpointing
+        if use_cache and cache is None:
+            cache = DynamicCache(config=self.config)
+
+        past_length = cache.get_seq_length() if cache is not None else 0
+        seq_length = inputs_embeds.shape[1]
+        if past_length + seq_length > self.config.max_position_embeddings:
+            raise ValueError(
+                f"Sequence length {past_length + seq_length} (cached {past_length} + new {seq_length}) exceeds "
+                f"max_position_embeddings={self.config.max_position_embeddings}; shorten the prompt or "
+                "max_new_tokens"
+            )
+        if position_ids is None:
+            position_ids = self._default_position_ids(
+                attention_mask, past_length, seq_length, inputs_embeds.device
+            )
+
+        causal_mask = create_causal_mask(
+            config=self.config,
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            cache=cache,
+            position_ids=position_ids,
+        )
+
+        hidden_states = inputs_embeds
+        position_embeddings = None
+        if self.config.position_embedding_type == "learned":
+            hidden_states = hidden_states + self.wpe(position_ids)  # (B, T, C) + (B or 1, T, C)
+        else:
+            position_embeddings = self.rotary_emb(hidden_states, position_ids)
+        hidden_states = self.drop(hidden_states)
+
+        for block in self.h:
+            hidden_states = block(
+                hidden_states,
+                attention_mask=causal_mask,
+                position_embeddings=position_embeddings,
+                cache=cache,
+                **kwargs,
+            )
+        return BaseModelOutputWithPast(last_hidden_state=self.ln_f(hidden_states), cache=cache)
+
+    @staticmethod
+    def _default_position_ids(
+        attention_mask: torch.Tensor | None, past_length: int, seq_length: int, device: torch.device
+    ) -> torch.LongTensor:
+        """Positions count real tokens only, so a left-padded prompt gets the positions it has alone."""
+        if attention_mask is not None and attention_mask.dim() == 2:
+            positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, S)
+            return positions[:, -seq_length:]
+        return torch.arange(past_length, past_length + seq_length, device=device).unsqueeze(0)  # (1, T)
+
+
+class MiniGPTForCausalLM(MiniGPTPreTrainedModel, GenerationMixin):
+    """MiniGPT with a language-modelling head, for training and `generate()`."""
+
+    _tied_weights_keys = {"lm_head.weight": "transformer.wte.weight"}
+
+    def __init__(self, config: MiniGPTConfig):
+        super().__init__(config)
+        self.transformer = MiniGPTModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,  # (B, T)
+        attention_mask: torch.Tensor | None = None,  # (B, S)
+        position_ids: torch.LongTensor | None = None,  # (B, T)
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,  # (B, T), unshifted; -100 is ignored
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs,
+    ) -> CausalLMOutputWithPast:
+        outputs = self.transformer(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        hidden_states = outputs.last_hidden_state  # (B, T, C)
+        # generate() asks for the last position only: skip the (B, T, V) projection of the rest.
+        if isinstance(logits_to_keep, int) and logits_to_keep > 0:
+            hidden_states = hidden_states[:, -logits_to_keep:, :]
+        elif isinstance(logits_to_keep, torch.Tensor):
+            hidden_states = hidden_states[:, logits_to_keep, :]
+        logits = self.lm_head(hidden_states)  # (B, T', V)
+
+        loss = None
+        if labels is not None:
+            # Shifts labels, ignores -100 and divides by num_items_in_batch when Trainer passes
+            # it (kwargs), so gradient accumulation averages over all tokens of the window.
+            loss = self.loss_function(
+                logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs
+            )
+        return CausalLMOutputWithPast(loss=loss, logits=logits, cache=outputs.cache)
+
+
+__all__ = ["MiniGPTForCausalLM", "MiniGPTModel", "MiniGPTPreTrainedModel"]

@@ -1,0 +1,88 @@
+"""Shared fixtures: tiny models and tokenizers that build in milliseconds on CPU."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHAKESPEARE = REPO_ROOT / "data" / "tinyshakespeare.txt"
+
+# Python code run first in a subprocess to make `import minigpt` fail, as on a machine where
+# only transformers is installed (the editable install would otherwise find the package).
+BLOCK_MINIGPT = """
+import sys
+class _BlockMiniGPT:
+    def find_spec(self, name, path=None, target=None):
+        if name == "minigpt" or name.startswith("minigpt."):
+            raise ImportError("minigpt is blocked in this test")
+        return None
+sys.meta_path.insert(0, _BlockMiniGPT())
+try:
+    import minigpt  # noqa: F401
+except ImportError:
+    pass
+else:
+    raise SystemExit("minigpt import was not blocked")
+"""
+
+
+def tiny_model_config(**overrides):
+    from minigpt import MiniGPTConfig
+
+    values = dict(
+        vocab_size=300,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=64,
+        eos_token_id=0,
+        pad_token_id=1,
+    )
+    values.update(overrides)
+    return MiniGPTConfig(**values)
+
+
+def tiny_model(seed: int = 0, **overrides):
+    from minigpt import MiniGPTForCausalLM
+
+    torch.manual_seed(seed)
+    return MiniGPTForCausalLM(tiny_model_config(**overrides)).eval()
+
+
+def build_tiny_tokenizer(vocab_size: int = 300):
+    """A byte-level BPE trained on the first 20 KB of Tiny Shakespeare, wrapped for transformers."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<|endoftext|>", "<|pad|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    text = SHAKESPEARE.read_text()[:20_000]
+    tok.train_from_iterator(text.split("\n\n"), trainer=trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|pad|>")
+
+
+@pytest.fixture
+def subprocess_env(tmp_path):
+    """Environment for a child Python: offline, run from a folder outside the repo."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH="")
+    env["HF_HOME"] = str(tmp_path / "hf_home")
+    return env
+
+
+PYTHON = sys.executable

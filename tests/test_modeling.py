@@ -1,0 +1,209 @@
+"""MiniGPTForCausalLM as a transformers model: cache, attention backends, generation, loss, tying."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import tiny_model, tiny_model_config
+
+from minigpt import MiniGPTConfig, MiniGPTForCausalLM
+
+POSITION_TYPES = ["learned", "rope"]
+
+
+@pytest.mark.parametrize("position_embedding_type", POSITION_TYPES)
+def test_kv_cache_logits_equal_full_forward_token_by_token(position_embedding_type):
+    model = tiny_model(position_embedding_type=position_embedding_type)
+    ids = torch.randint(2, 300, (2, 20), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        full = model(ids, use_cache=False).logits  # (B, T, V)
+        out = model(ids[:, :5], use_cache=True)
+        cached = [out.logits]
+        cache = out.cache
+        for t in range(5, ids.shape[1]):
+            out = model(ids[:, t : t + 1], cache=cache, use_cache=True)
+            cache = out.cache
+            cached.append(out.logits)
+    cached = torch.cat(cached, dim=1)
+    assert cache.get_seq_length() == 20
+    assert (cached - full).abs().max().item() < 1e-5
+
+
+@pytest.mark.parametrize("position_embedding_type", POSITION_TYPES)
+def test_eager_and_sdpa_agree_with_and_without_padding(position_embedding_type):
+    model = tiny_model(position_embedding_type=position_embedding_type)
+    ids = torch.randint(2, 300, (3, 12), generator=torch.Generator().manual_seed(2))
+    mask = torch.ones_like(ids)
+    mask[0, :4] = 0  # left padding on two rows
+    mask[2, :7] = 0
+    results = {}
+    for impl in ("eager", "sdpa"):
+        model.set_attn_implementation(impl)
+        assert model.config._attn_implementation == impl
+        with torch.no_grad():
+            results[impl] = (model(ids).logits, model(ids, attention_mask=mask).logits)
+    (eager_plain, eager_padded), (sdpa_plain, sdpa_padded) = results["eager"], results["sdpa"]
+    assert (eager_plain - sdpa_plain).abs().max().item() < 1e-5
+    # Padding positions attend to nothing; their logits are meaningless, so compare real tokens.
+    real = mask.bool()
+    assert (eager_padded[real] - sdpa_padded[real]).abs().max().item() < 1e-5
+    # Padding changes only what attends to padding: the real tokens of a padded row match the
+    # same tokens run alone.
+    with torch.no_grad():
+        alone = model(ids[0:1, 4:]).logits
+    assert (results["sdpa"][1][0:1, 4:] - alone).abs().max().item() < 1e-5
+
+
+@pytest.mark.parametrize("position_embedding_type", POSITION_TYPES)
+def test_batched_left_padded_generation_equals_each_prompt_alone(position_embedding_type):
+    model = tiny_model(position_embedding_type=position_embedding_type)
+    gen = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(2, 300, (n,), generator=gen) for n in (3, 7, 5)]
+    width = max(len(p) for p in prompts)
+    pad = model.config.pad_token_id
+    ids = torch.full((len(prompts), width), pad)
+    mask = torch.zeros_like(ids)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt) :] = prompt
+        mask[row, width - len(prompt) :] = 1
+    kwargs = dict(max_new_tokens=10, do_sample=False, pad_token_id=pad, eos_token_id=None)
+    batched = model.generate(ids, attention_mask=mask, **kwargs)[:, width:]
+    for row, prompt in enumerate(prompts):
+        alone = model.generate(
+            prompt[None], attention_mask=torch.ones(1, len(prompt), dtype=torch.long), **kwargs
+        )
+        assert torch.equal(batched[row], alone[0, len(prompt) :])
+
+
+def test_generate_uses_cache_and_matches_uncached_greedy():
+    model = tiny_model()
+    prompt = torch.randint(2, 300, (1, 6), generator=torch.Generator().manual_seed(4))
+    kwargs = dict(max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=1)
+    with_cache = model.generate(prompt, use_cache=True, **kwargs)
+    without_cache = model.generate(prompt, use_cache=False, **kwargs)
+    assert torch.equal(with_cache, without_cache)
+    assert with_cache.shape == (1, 18)
+
+
+def test_sampling_with_seed_is_reproducible_and_respects_top_k():
+    model = tiny_model()
+    prompt = torch.randint(2, 300, (2, 4), generator=torch.Generator().manual_seed(5))
+    kwargs = dict(
+        max_new_tokens=8,
+        do_sample=True,
+        temperature=0.8,
+        top_k=5,
+        top_p=0.9,
+        eos_token_id=None,
+        pad_token_id=1,
+    )
+    torch.manual_seed(0)
+    first = model.generate(prompt, **kwargs)
+    torch.manual_seed(0)
+    second = model.generate(prompt, **kwargs)
+    assert torch.equal(first, second)
+    # With top_k=1 sampling is greedy.
+    torch.manual_seed(1)
+    top1 = model.generate(prompt, **{**kwargs, "top_k": 1, "top_p": 1.0})
+    greedy = model.generate(prompt, max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=1)
+    assert torch.equal(top1, greedy)
+
+
+def test_loss_equals_hand_cross_entropy_on_shifted_labels():
+    model = tiny_model()
+    ids = torch.randint(2, 300, (2, 16), generator=torch.Generator().manual_seed(6))
+    labels = ids.clone()
+    labels[0, 3] = -100
+    out = model(ids, labels=labels)
+    logits = out.logits[:, :-1, :].reshape(-1, 300).float()
+    targets = labels[:, 1:].reshape(-1)
+    expected = torch.nn.functional.cross_entropy(logits, targets, ignore_index=-100)
+    assert abs(out.loss.item() - expected.item()) < 1e-6
+    # With num_items_in_batch (as Trainer passes under gradient accumulation) the loss is the sum
+    # over tokens divided by that count.
+    out = model(ids, labels=labels, num_items_in_batch=torch.tensor(100))
+    summed = torch.nn.functional.cross_entropy(logits, targets, ignore_index=-100, reduction="sum")
+    assert abs(out.loss.item() - summed.item() / 100) < 1e-5
+
+
+def test_gradient_checkpointing_gives_same_gradients():
+    grads = []
+    for checkpointing in (False, True):
+        model = tiny_model(hidden_dropout=0.0).train()
+        if checkpointing:
+            model.activation_checkpointing_enable()
+            assert model.transformer.gradient_checkpointing
+        ids = torch.randint(2, 300, (2, 16), generator=torch.Generator().manual_seed(7))
+        model(ids, labels=ids).loss.backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys() and len(grads[0]) == len(list(tiny_model().parameters()))
+    for name in grads[0]:
+        assert torch.allclose(grads[0][name], grads[1][name], atol=1e-7), name
+    assert all(g.abs().sum() > 0 for g in grads[1].values())
+
+
+def test_embeddings_are_tied_and_residual_projections_scaled():
+    model = tiny_model(num_hidden_layers=8, initializer_range=0.02)
+    assert model.lm_head.weight.data_ptr() == model.transformer.wte.weight.data_ptr()
+    scaled = 0.02 / (2 * 8) ** 0.5  # GPT-2's 1/sqrt(2L) scaling of residual projections
+    assert abs(model.transformer.h[0].attn.c_proj.weight.std().item() - scaled) < 0.001
+    assert abs(model.transformer.h[7].mlp.c_proj.weight.std().item() - scaled) < 0.001
+    assert abs(model.transformer.h[0].attn.c_attn.weight.std().item() - 0.02) < 0.002
+    untied = tiny_model(tie_word_embeddings=False)
+    assert untied.lm_head.weight.data_ptr() != untied.transformer.wte.weight.data_ptr()
+
+
+def test_prompt_longer_than_positions_is_a_clear_error():
+    model = tiny_model(max_position_embeddings=16)
+    with pytest.raises(ValueError, match="max_position_embeddings=16"):
+        model(torch.randint(2, 300, (1, 17)))
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        model.generate(torch.randint(2, 300, (1, 10)), max_new_tokens=10, do_sample=False, pad_token_id=1)
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("hidden_size", 30),  # not divisible by 4 heads
+        ("num_hidden_layers", 0),
+        ("vocab_size", -1),
+        ("hidden_dropout", 1.0),
+        ("attention_dropout", -0.1),
+        ("position_embedding_type", "alibi"),
+        ("max_position_embeddings", 0),
+    ],
+)
+def test_invalid_config_values_raise_value_error_naming_the_field(field, value):
+    with pytest.raises(ValueError, match=field):
+        tiny_model_config(**{field: value})
+
+
+def test_config_round_trips_through_dict():
+    config = tiny_model_config(position_embedding_type="rope", bias=False)
+    again = MiniGPTConfig.from_dict(config.to_dict())
+    assert again.to_dict() == config.to_dict()
+    assert again.intermediate_size == 4 * 32
+
+
+def test_model_trains_down_on_a_repeated_sequence():
+    model = tiny_model().train()
+    ids = torch.arange(2, 34).repeat(4, 1)  # (4, 32): a deterministic pattern to memorise
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    first = None
+    for _ in range(40):
+        loss = model(ids, labels=ids).loss
+        first = first if first is not None else loss.item()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert loss.item() < first / 10
+
+
+def test_model_is_a_transformers_causal_lm():
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationMixin, PreTrainedModel
+
+    model = tiny_model()
+    assert isinstance(model, PreTrainedModel) and isinstance(model, GenerationMixin)
+    assert GenerationMixin in MiniGPTForCausalLM.__bases__
+    config = AutoConfig.for_model("minigpt", vocab_size=50, hidden_size=16, num_attention_heads=2)
+    assert isinstance(AutoModelForCausalLM.from_config(config), MiniGPTForCausalLM)
