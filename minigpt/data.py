@@ -1,0 +1,294 @@
+"""From raw text to packed, cached blocks of `block_size` tokens (`datasets` all the way).
+
+`prepare_corpus` loads the sources (`data_sources`), tokenizes them with `Dataset.map`, packs the
+token stream into blocks (`packing`) and caches the result under
+`<cache_dir>/blocks/<key>/`, where the key hashes every setting that changes the blocks, the
+tokenizer and the input files' bytes. A second run with the same key reuses the blocks
+(memory-mapped Arrow files, nothing re-read); any change prepares new ones. The folder appears
+whole or not at all (built in a staging folder, then renamed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import hashlib
+import json
+import math
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .errors import ConfigError, DataError
+
+if TYPE_CHECKING:  # datasets is imported where used: `from minigpt.data import DataSettings` stays light
+    import datasets
+    from transformers import PreTrainedTokenizerFast
+
+CACHE_FORMAT_VERSION = 1  # bump when the pipeline's output changes for the same inputs
+FORMATS = ("auto", "text", "json", "parquet", "arrow")
+META_FILE = "meta.json"
+DEFAULT_CORPUS = "data/tinyshakespeare.txt"  # shipped in the repository (relative to the working folder)
+
+
+@dataclass
+class DataSettings:
+    """The `data:` section of a run config."""
+
+    train_files: list[str] = field(default_factory=lambda: [DEFAULT_CORPUS])  # files, folders or globs
+    validation_files: list[str] = field(default_factory=list)  # same kinds; empty = split off train_files
+    format: str = "auto"  # "auto" (by suffix), "text", "json" (JSON lines), "parquet", "arrow" (save_to_disk)
+    text_field: str = "text"  # column holding each document's text in json/parquet/arrow sources
+    validation_fraction: float = 0.1  # share of the train bytes held out when validation_files is empty
+    validation_split: str = "tail"  # "tail": last bytes, cut at a row boundary; "random": seeded documents
+    seed: int = 1337  # seed of the "random" validation split (whole documents picked by a seeded hash)
+    block_size: int = 256  # tokens per packed block; must not exceed the model's max_position_embeddings
+    num_proc: int = 0  # processes that tokenize (Dataset.map num_proc); 0 = one per available CPU core
+    batch_size: int = 1000  # rows per Dataset.map batch
+    cache_dir: str = ".cache/minigpt/data"  # prepared blocks and datasets' Arrow copies of the sources
+    streaming: bool = False  # read sources lazily (no Arrow copy of the raw text); tokenizes in one process
+    max_invalid_utf8_fraction: float = 0.001  # tolerated share of undecodable/NUL characters per file
+    show_progress: bool = True  # show progress bars
+
+    def validate(self) -> None:
+        """Raise `ConfigError` naming the field for impossible values."""
+        if self.format not in FORMATS:
+            raise ConfigError(f"data.format must be one of {', '.join(FORMATS)}, got {self.format!r}")
+        if self.validation_split not in ("tail", "random"):
+            raise ConfigError(
+                f"data.validation_split must be 'tail' or 'random', got {self.validation_split!r}"
+            )
+        if not self.validation_files and not 0.0 < self.validation_fraction < 1.0:
+            raise ConfigError(f"data.validation_fraction must be in (0, 1), got {self.validation_fraction}")
+        if self.block_size < 2:
+            raise ConfigError(f"data.block_size must be >= 2, got {self.block_size}")
+        if self.num_proc < 0:
+            raise ConfigError(f"data.num_proc must be >= 0 (0 = one per CPU core), got {self.num_proc}")
+        if self.batch_size < 1:
+            raise ConfigError(f"data.batch_size must be >= 1, got {self.batch_size}")
+        if not 0.0 <= self.max_invalid_utf8_fraction <= 1.0:
+            raise ConfigError(
+                f"data.max_invalid_utf8_fraction must be in [0, 1], got {self.max_invalid_utf8_fraction}"
+            )
+        if not self.train_files:
+            raise ConfigError("data.train_files is empty: name at least one file, folder or glob")
+
+    def processes(self) -> int:
+        """`num_proc` with 0 resolved to the CPU cores this process may use."""
+        return self.num_proc or len(os.sched_getaffinity(0))
+
+
+@dataclass
+class SplitStats:
+    """Sizes of one prepared split (bits per byte needs bytes and tokens)."""
+
+    documents: int  # documents (a text file, or a json/parquet row) in the split
+    bytes: int  # UTF-8 bytes of the split's text
+    tokens: int  # tokens of the split, one EOS per document end included
+    blocks: int  # packed rows of block_size tokens
+    dropped_tokens: int  # last tokens of the split that did not fill a block (< block_size)
+
+    def bits_per_byte(self, loss_nats_per_token: float) -> float:
+        """Convert a mean loss per token (nats) on this split into bits per UTF-8 byte."""
+        return loss_nats_per_token * self.tokens / self.bytes / math.log(2)
+
+
+@dataclass
+class PreparedCorpus:
+    """Packed train and validation blocks: columns `input_ids` and `labels` (equal), int32."""
+
+    train: datasets.Dataset  # memory-mapped from cache_dir/train.arrow; rows of block_size tokens
+    validation: datasets.Dataset  # memory-mapped from cache_dir/validation.arrow
+    train_stats: SplitStats
+    validation_stats: SplitStats
+    block_size: int  # tokens per row
+    vocab_size: int  # len(tokenizer) the blocks were made with
+    eos_token_id: int  # id placed between documents
+    tokenizer_fingerprint: str  # tokenization.tokenizer_fingerprint of that tokenizer
+    cache_dir: Path  # the folder holding this corpus's blocks
+    reused: bool  # True when the blocks came from the cache
+
+    @property
+    def validation_bytes_per_token(self) -> float:
+        """Bytes of validation text per token: bits per byte = loss / ln 2 / this."""
+        return self.validation_stats.bytes / self.validation_stats.tokens
+
+    def describe(self) -> str:
+        """Lines for a CLI: sizes per split and where the blocks live."""
+        lines = [
+            f"blocks of {self.block_size} tokens in {self.cache_dir}" + (" (reused)" if self.reused else "")
+        ]
+        for name, s in (("train", self.train_stats), ("validation", self.validation_stats)):
+            lines.append(
+                f"  {name}: {s.documents:,} documents, {s.bytes:,} bytes, {s.tokens:,} tokens "
+                f"({s.bytes / s.tokens:.2f} bytes/token), {s.blocks:,} blocks, {s.dropped_tokens} tokens left over"
+            )
+        return "\n".join(lines)
+
+
+def cache_key(settings: DataSettings, tokenizer_id: str, inputs_id: str, fmt: str) -> str:
+    """Hash of what decides the blocks; not num_proc, batch_size, streaming or progress bars."""
+    decisive = asdict(settings)
+    for key in ("cache_dir", "num_proc", "batch_size", "streaming", "show_progress", "format"):
+        decisive.pop(key)
+    decisive.update(format=fmt, tokenizer=tokenizer_id, inputs=inputs_id, version=CACHE_FORMAT_VERSION)
+    return hashlib.sha256(json.dumps(decisive, sort_keys=True).encode()).hexdigest()[:20]
+
+
+@contextlib.contextmanager
+def _frozen_gc(active: bool) -> Iterator[None]:
+    """Keep forked map workers from copying the parent's heap.
+
+    A worker's garbage collector walks the objects it inherited, which writes to their pages and
+    makes copy-on-write duplicate them (hundreds of MB per worker with torch imported, growing
+    with the work done); frozen objects are never walked.
+    """
+    if active:
+        gc.collect()
+        gc.freeze()
+    try:
+        yield
+    finally:
+        if active:
+            gc.unfreeze()
+
+
+@contextlib.contextmanager
+def _progress_bars(show: bool) -> Iterator[None]:
+    """Silence datasets' progress bars for the block when `show` is false."""
+    import datasets
+
+    was_enabled = datasets.is_progress_bar_enabled()
+    if not show:
+        datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            datasets.enable_progress_bars()
+
+
+def prepare_corpus(
+    settings: DataSettings, tokenizer: PreTrainedTokenizerFast, max_position_embeddings: int | None = None
+) -> PreparedCorpus:
+    """Packed, cached train/validation blocks of `settings.block_size` tokens for `tokenizer`.
+
+    Raises `DataError`/`ConfigError` (one line) for unusable data or settings; leaves no partial
+    cache behind. Pass the model's `max_position_embeddings` to check block_size against it early.
+    """
+    from .atomic import atomic_output_dir
+    from .compatibility import check_block_size
+    from .data_sources import content_fingerprint, detect_format, source_files
+    from .tokenization import tokenizer_fingerprint
+
+    settings.validate()
+    if max_position_embeddings is not None:
+        check_block_size(settings.block_size, max_position_embeddings)
+    if tokenizer.eos_token_id is None:
+        raise ConfigError("the tokenizer has no eos_token; documents cannot be separated")
+    train_paths, validation_paths = source_files(settings)
+    fmt = detect_format(train_paths, settings.format)
+    inputs_id = content_fingerprint(train_paths) + content_fingerprint(validation_paths)
+    tokenizer_id = tokenizer_fingerprint(tokenizer)
+    target = Path(settings.cache_dir) / "blocks" / cache_key(settings, tokenizer_id, inputs_id, fmt)
+    if (target / META_FILE).is_file():
+        print(f"reusing prepared blocks in {target}")
+        return load_prepared(target)
+    print(f"preparing blocks in {target}")
+    with _progress_bars(settings.show_progress), atomic_output_dir(target) as staging:
+        meta = _prepare_into(staging, settings, tokenizer)
+        meta.update(tokenizer_fingerprint=tokenizer_id, format=fmt, sources=[str(p) for p in train_paths])
+        (staging / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    corpus = load_prepared(target)
+    corpus.reused = False
+    return corpus
+
+
+def _prepare_into(staging: Path, settings: DataSettings, tokenizer: PreTrainedTokenizerFast) -> dict:
+    """Tokenize and pack both splits into `staging`; return the meta record (stats per split)."""
+    from .data_sources import load_raw_corpus
+    from .packing import data_tokenizer, tokenize_batch, tokenized_features, write_blocks
+
+    raw = load_raw_corpus(settings)
+    backend = data_tokenizer(tokenizer)
+    work = staging / "work"  # intermediate tokenized Arrow files, deleted before the rename
+    work.mkdir()
+    stats = {}
+    for split in (raw.train, raw.validation):
+        kwargs = dict(tokenizer=backend, eos_id=tokenizer.eos_token_id, doc_ends=split.doc_ends)
+        common = dict(batched=True, batch_size=settings.batch_size, with_indices=True, fn_kwargs=kwargs)
+        if settings.streaming:  # lazily mapped as the packer reads; one process
+            tokenized = split.dataset.map(tokenize_batch, remove_columns=["text"], **common)
+        else:
+            processes = min(settings.processes(), max(1, split.rows // settings.batch_size))
+            with _frozen_gc(processes > 1):
+                tokenized = split.dataset.map(
+                    tokenize_batch,
+                    remove_columns=["text"],
+                    features=tokenized_features(),
+                    num_proc=processes if processes > 1 else None,
+                    cache_file_name=str(work / f"tokenized-{split.name}.arrow"),
+                    desc=f"tokenizing {split.name}",
+                    **common,
+                )
+        packed = write_blocks(
+            tokenized,
+            staging / f"{split.name}.arrow",
+            settings.block_size,
+            split.rows,
+            settings.show_progress,
+        )
+        del tokenized
+        stats[split.name] = SplitStats(
+            split.documents, split.bytes, packed.tokens, packed.blocks, packed.dropped_tokens
+        )
+    shutil.rmtree(work)
+    short = {name: s.tokens for name, s in stats.items() if s.blocks == 0}
+    if short:
+        sizes = ", ".join(f"{name} has {tokens:,}" for name, tokens in short.items())
+        raise DataError(
+            f"corpus too small for data.block_size={settings.block_size}: the {sizes} tokens, and each split needs "
+            "at least one full block; add text, lower data.block_size or change data.validation_fraction"
+        )
+    return {
+        "block_size": settings.block_size,
+        "vocab_size": len(tokenizer),
+        "eos_token_id": tokenizer.eos_token_id,
+        "stats": {name: asdict(s) for name, s in stats.items()},
+        "settings": asdict(settings),
+    }
+
+
+def load_prepared(folder: str | Path) -> PreparedCorpus:
+    """Open a prepared-blocks folder written by `prepare_corpus` (memory-mapped, nothing copied)."""
+    import datasets
+
+    folder = Path(folder)
+    try:
+        meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError(f"{folder} holds no prepared blocks ({META_FILE} missing)") from None
+    splits = {
+        name: datasets.Dataset.from_file(str(folder / f"{name}.arrow")) for name in ("train", "validation")
+    }
+    stats = {name: SplitStats(**meta["stats"][name]) for name in splits}
+    for name, dataset in splits.items():
+        if dataset.num_rows != stats[name].blocks:
+            raise DataError(
+                f"{folder}/{name}.arrow has {dataset.num_rows} blocks, {META_FILE} says {stats[name].blocks}"
+            )
+    return PreparedCorpus(
+        train=splits["train"],
+        validation=splits["validation"],
+        train_stats=stats["train"],
+        validation_stats=stats["validation"],
+        block_size=meta["block_size"],
+        vocab_size=meta["vocab_size"],
+        eos_token_id=meta["eos_token_id"],
+        tokenizer_fingerprint=meta["tokenizer_fingerprint"],
+        cache_dir=folder,
+        reused=True,
+    )

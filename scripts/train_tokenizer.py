@@ -1,0 +1,39 @@
+"""Train the byte-level BPE tokenizer of a run on its training split and save it.
+
+    python scripts/train_tokenizer.py [CONFIG] [section.key=value ...] [--data PATH ...]
+        [--vocab-size N] [--min-frequency N] [--out DIR] [--retrain]
+
+Settings come from CONFIG (default configs/shakespeare.yaml), then overrides, then flags. An
+existing tokenizer at the output folder is kept (and checked against the settings) unless
+--retrain is given; the folder is replaced atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from minigpt.errors import run_cli
+
+
+def main(argv: list[str] | None = None) -> int:
+    from minigpt.data_cli import add_common_arguments, load_settings
+
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_common_arguments(parser)
+    parser.add_argument("--min-frequency", type=int, help="a pair must occur this often to be merged")
+    parser.add_argument("--out", help="folder to save the tokenizer in (tokenizer.path)")
+    parser.add_argument("--retrain", action="store_true", help="train again even if a tokenizer exists")
+    args = parser.parse_args(argv)
+    run = load_settings(args, parser)
+
+    from minigpt.tokenization import load_or_train_tokenizer
+
+    tokenizer = load_or_train_tokenizer(run.tokenizer, run.data, retrain=args.retrain)
+    print(f"tokenizer: {run.tokenizer.path} ({len(tokenizer)} tokens, eos id {tokenizer.eos_token_id})")
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main)
