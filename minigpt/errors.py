@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable
 
 USER_ERROR_EXIT_CODE = 2
+INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, what shells report for a Ctrl-C
 
 
 class MiniGPTUserError(Exception):
@@ -26,11 +27,18 @@ class DataError(MiniGPTUserError):
 
 
 def run_cli(main: Callable[[], int | None]) -> None:
-    """Run a script's `main()`; a `MiniGPTUserError` becomes one line on stderr and exit code 2."""
+    """Run a script's `main()`; a `MiniGPTUserError` becomes one line on stderr and exit code 2.
+
+    A Ctrl-C that reaches here (outside training, which saves and stops on its own) prints one
+    line and exits 130: every output is written atomically, so nothing needs cleaning up.
+    """
     try:
         code = main()
     except MiniGPTUserError as err:
         message = " ".join(str(err).split())  # one line, whatever the message held
         print(f"error: {message}", file=sys.stderr)
         sys.exit(USER_ERROR_EXIT_CODE)
+    except KeyboardInterrupt:
+        print("interrupted: nothing was left half-written", file=sys.stderr)
+        sys.exit(INTERRUPTED_EXIT_CODE)
     sys.exit(code or 0)
