@@ -1,0 +1,233 @@
+"""TrainerCallbacks of a MiniGPT run: readable log lines, metrics.jsonl, text samples, step timing.
+
+Each is a plain `transformers.TrainerCallback`, so a UI can watch a run the same way: pass your
+own callbacks to `run_training(..., callbacks=[...])` and read `logs` in `on_log`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+from transformers import PreTrainedTokenizerBase, TrainerCallback, TrainerState, TrainingArguments
+from transformers.trainer_callback import ProgressCallback
+
+from minigpt.throughput import ThroughputMeter
+
+
+class StepTimerCallback(TrainerCallback):
+    """Times each optimizer step for the throughput meter (register it before other callbacks)."""
+
+    def __init__(self, meter: ThroughputMeter) -> None:
+        self.meter = meter
+
+    def on_step_begin(self, args, state, control, **kwargs) -> None:
+        self.meter.start_step()
+
+    def on_step_end(self, args, state, control, **kwargs) -> None:
+        if args.device.type == "cuda":
+            torch.cuda.synchronize(args.device)  # kernels are asynchronous: time them, not their launch
+        self.meter.end_step()
+
+
+def format_log_line(logs: dict[str, Any], step: int, max_steps: int) -> str | None:
+    """One human line for a training or evaluation log record (None for other records)."""
+    if "loss" in logs:
+        parts = [f"step {step}/{max_steps}", f"loss {logs['loss']:.4f}"]
+        if "learning_rate" in logs:
+            parts.append(f"lr {logs['learning_rate']:.2e}")
+        if logs.get("grad_norm") is not None:
+            parts.append(f"grad norm {logs['grad_norm']:.3f}")
+        if "tokens_per_second" in logs:
+            parts.append(f"{logs['tokens_per_second']:,.0f} tok/s")
+        if "mfu" in logs:
+            parts.append(f"MFU {100 * logs['mfu']:.1f}%")
+        if "tokens_seen" in logs:
+            parts.append(f"{format_count(logs['tokens_seen'])} tokens")
+        return " | ".join(parts)
+    if "eval_loss" in logs:
+        parts = [f"eval step {step}", f"val loss {logs['eval_loss']:.4f}"]
+        if "eval_perplexity" in logs:
+            parts.append(f"ppl {logs['eval_perplexity']:.2f}")
+        if "eval_bpb" in logs:
+            parts.append(f"bits/byte {logs['eval_bpb']:.4f}")
+        return " | ".join(parts)
+    return None
+
+
+def format_count(n: float) -> str:
+    """4000 -> "4.0k", 1234567 -> "1.23M"."""
+    for scale, suffix, digits in ((1e9, "B", 2), (1e6, "M", 2), (1e3, "k", 1)):
+        if abs(n) >= scale:
+            return f"{n / scale:.{digits}f}{suffix}"
+    return f"{n:.0f}"
+
+
+class LogLineProgressCallback(ProgressCallback):
+    """Trainer's progress bar, with each log record written above it as one readable line."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs) -> None:
+        if not state.is_world_process_zero or logs is None:
+            return
+        line = format_log_line(logs, state.global_step, state.max_steps)
+        if line is not None:
+            (self.training_bar.write if self.training_bar is not None else print)(line)
+
+
+class MetricsFileCallback(TrainerCallback):
+    """Appends every log record as one JSON line to `<output_dir>/metrics.jsonl` (main process only).
+
+    On resume, records after the checkpoint's step (written by the interrupted run, about to be
+    redone) are dropped, so the file reads as one run.
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+
+    def on_train_begin(self, args, state, control, **kwargs) -> None:
+        if state.is_world_process_zero and state.global_step > 0 and self.path.exists():
+            kept = [
+                line for line in self.path.read_text().splitlines() if _step_of(line) <= state.global_step
+            ]
+            self.path.write_text("".join(line + "\n" for line in kept))
+
+    def on_log(self, args, state, control, logs=None, **kwargs) -> None:
+        if not state.is_world_process_zero or logs is None:
+            return
+        record = {"step": state.global_step, **{k: _jsonable(v) for k, v in logs.items()}}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+
+
+def _step_of(line: str) -> int:
+    try:
+        return int(json.loads(line).get("step", 0))
+    except (ValueError, AttributeError):
+        return 0
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # JSON has no NaN/inf
+    if isinstance(value, torch.Tensor):
+        return value.item()
+    return value
+
+
+class SampleTextCallback(TrainerCallback):
+    """Every `every` steps and at the end, continue each prompt, print it and append it to samples.txt.
+
+    Sampling runs inside `torch.random.fork_rng()`: it must not consume the training RNG, or a
+    resumed run would draw different dropout masks than an uninterrupted one.
+    """
+
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        prompts: list[str],
+        path: str | os.PathLike,
+        every: int,
+        max_new_tokens: int,
+        temperature: float,
+        top_k: int | None,
+        seed: int,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.prompts = prompts
+        self.path = Path(path)
+        self.every = every
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.top_k = top_k
+        self.seed = seed
+        self.last_sampled_step: int | None = None
+        self.last_samples: list[str] = []
+
+    def on_step_end(self, args, state, control, model=None, **kwargs) -> None:
+        if self.every and state.global_step % self.every == 0:
+            self.sample(args, state, model)
+
+    def on_train_end(self, args, state, control, model=None, **kwargs) -> None:
+        if self.last_sampled_step != state.global_step:
+            self.sample(args, state, model)
+
+    def sample(self, args: TrainingArguments, state: TrainerState, model: torch.nn.Module) -> list[str]:
+        """Generate one continuation per prompt (main process only); returns the texts."""
+        self.last_sampled_step = state.global_step
+        if not state.is_world_process_zero or model is None:
+            return []
+        texts = generate_samples(
+            model,
+            self.tokenizer,
+            self.prompts,
+            self.max_new_tokens,
+            self.temperature,
+            self.top_k,
+            seed=self.seed + state.global_step,
+        )
+        block = "".join(
+            f"--- step {state.global_step}, prompt {p!r} ---\n{t}\n"
+            for p, t in zip(self.prompts, texts, strict=True)
+        )
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(block)
+        tqdm.write(block.rstrip("\n"))
+        self.last_samples = texts
+        return texts
+
+
+@torch.no_grad()
+def generate_samples(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: list[str],
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int | None,
+    seed: int,
+) -> list[str]:
+    """Continue each prompt with `model.generate`, leaving every RNG and the model's mode as they were."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    devices = [device] if device.type == "cuda" else []
+    texts = []
+    try:
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed)
+            for prompt in prompts:
+                ids = tokenizer(prompt, return_tensors="pt")["input_ids"]  # (1, P)
+                if ids.shape[1] == 0:  # an empty prompt starts from end-of-text
+                    ids = torch.tensor([[tokenizer.eos_token_id]])
+                # Learned positions end at max_position_embeddings: keep the prompt's tail that fits.
+                ids = ids[:, -(model.config.max_position_embeddings - max_new_tokens) :].to(device)
+                sampling = {"do_sample": True, "temperature": temperature, "top_k": top_k}
+                output = model.generate(
+                    input_ids=ids,
+                    attention_mask=torch.ones_like(ids),
+                    max_new_tokens=max_new_tokens,
+                    use_cache=True,
+                    pad_token_id=tokenizer.pad_token_id,
+                    **(sampling if temperature > 0 else {"do_sample": False}),
+                )  # (1, P + new)
+                texts.append(prompt + tokenizer.decode(output[0, ids.shape[1] :]))
+    finally:
+        model.train(was_training)
+    return texts
+
+
+__all__ = [
+    "LogLineProgressCallback",
+    "MetricsFileCallback",
+    "SampleTextCallback",
+    "StepTimerCallback",
+    "format_log_line",
+    "generate_samples",
+]

@@ -1,0 +1,417 @@
+"""Checkpoints that appear whole or not at all, and resume that only ever loads a complete one.
+
+Trainer writes `checkpoint-N` in place and its `resume_from_checkpoint=True` takes the highest
+folder, finished or not (shared/hf5-notes.md). Here every checkpoint is written into a staging
+folder `output_dir/.staging-checkpoint-N`, every process waits for the others (each writes its own
+`rng_state_<rank>.pth`), and the main process renames it to `checkpoint-N` in one `os.replace`.
+Older checkpoints are rotated only after that rename, so a kill at any instant leaves every
+earlier checkpoint intact. At resume, `find_resume_checkpoint` walks checkpoints newest first,
+sets aside any that is incomplete or unreadable, and returns the path to pass to
+`trainer.train(resume_from_checkpoint=path)`.
+
+Trainer itself restores model, optimizer, scheduler, grad scaler, RNG states and the data
+position; resuming from a checkpoint written here ends bit-identical to an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+import zipfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+import yaml
+from safetensors import safe_open
+from transformers import Trainer
+from transformers.trainer_callback import ExportableState
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, SaveStrategy, rotate_checkpoints
+
+from .atomic import fsync_dir, replace_dir
+from .distributed import is_main_process
+from .errors import ConfigError
+from .interrupt import StopController, StopTrainingCallback
+
+RESOLVED_CONFIG_NAME = "resolved_config.yaml"  # the run config, inside every checkpoint
+TRAINER_STATE_NAME = "trainer_state.json"
+WEIGHTS_NAME = "model.safetensors"
+WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
+OPTIMIZER_NAME = "optimizer.pt"
+SCHEDULER_NAME = "scheduler.pt"
+SCALER_NAME = "scaler.pt"
+STAGING_PREFIX = ".staging-"  # a save in progress; never matches Trainer's `checkpoint-*` globs
+SET_ASIDE_PREFIX = "corrupt-"  # where a bad checkpoint is moved; also outside `checkpoint-*`
+COMPARED_SECTIONS = ("model", "tokenizer", "data")  # run-config sections a resume must not change
+# Keys of those sections that change how the data is prepared or shown, never what it is.
+RESUME_MAY_DIFFER = ("tokenizer.show_progress", "data.show_progress", "data.num_proc", "data.cache_dir")
+
+_CHECKPOINT_RE = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
+
+
+class AtomicCheckpointTrainer(Trainer):
+    """A `Trainer` whose checkpoints appear atomically and carry the resolved run config.
+
+    Args beyond `Trainer`'s:
+        resolved_config: the run config (a plain mapping, or YAML text) written as
+            `resolved_config.yaml` into every checkpoint, for `check_resume_compatible`.
+        stop_controller: when given, SIGINT/SIGTERM or `stop_controller.request_stop()` save a
+            checkpoint and stop at the next step boundary (adds `StopTrainingCallback`).
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        resolved_config: Mapping[str, Any] | str | None = None,
+        stop_controller: StopController | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.resolved_config = resolved_config
+        self.stop_controller = stop_controller
+        if stop_controller is not None:
+            self.add_callback(StopTrainingCallback(stop_controller))
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        """Write `checkpoint-N` into a staging folder on every process, then rename it into place.
+
+        Mirrors `Trainer._save_checkpoint` (transformers 5.24) step by step; only the folder the
+        files go to and the moment old checkpoints are rotated differ.
+        """
+        run_dir = Path(self._get_output_dir(trial=trial))
+        final_dir = run_dir / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        staging_dir = run_dir / f"{STAGING_PREFIX}{final_dir.name}"
+        if self.args.should_save:
+            remove_unfinished_saves(run_dir, log=None)
+            staging_dir.mkdir(parents=True)
+        self.accelerator.wait_for_everyone()  # the staging folder exists before anyone writes
+
+        self._write_checkpoint_files(model, trial, staging_dir, final_dir)
+
+        self.accelerator.wait_for_everyone()  # every process's files are in the staging folder
+        if self.args.should_save:
+            _fsync_files(staging_dir)
+            replace_dir(staging_dir, final_dir)  # the checkpoint appears whole, in one rename
+            rotate_checkpoints(
+                output_dir=str(run_dir),
+                save_total_limit=self.args.save_total_limit,
+                best_model_checkpoint=self.state.best_model_checkpoint,
+                use_mtime=True,
+            )
+        self.accelerator.wait_for_everyone()  # no process reads checkpoint-N before it exists
+        if self.args.push_to_hub:
+            self._push_from_checkpoint(str(final_dir))
+
+    def _write_checkpoint_files(self, model: Any, trial: Any, staging_dir: Path, final_dir: Path) -> None:
+        """The body of `Trainer._save_checkpoint`, writing into `staging_dir`."""
+        if self.hp_search_backend is None and trial is None:
+            self.store_flos()
+        self.save_model(str(staging_dir), _internal_call=True)
+
+        best_step = self.state.best_global_step
+        if (
+            self.args.save_strategy in (SaveStrategy.STEPS, SaveStrategy.EPOCH, SaveStrategy.BEST)
+            and best_step
+        ):
+            best_dir = final_dir.parent / f"{PREFIX_CHECKPOINT_DIR}-{best_step}"
+            # The best may be the checkpoint being written, which exists only after the rename.
+            if best_step == self.state.global_step or best_dir.exists():
+                self.state.best_model_checkpoint = str(best_dir)
+
+        if not self.args.save_only_model:
+            self._save_optimizer_and_scheduler(str(staging_dir))
+            self._save_scaler(str(staging_dir))
+            self._save_rng_state(str(staging_dir))  # rng_state.pth, or rng_state_<rank>.pth per process
+
+        if self.args.should_save:
+            stateful = [
+                c for c in self.callback_handler.callbacks + [self.control] if isinstance(c, ExportableState)
+            ]
+            for callback in stateful:
+                name = callback.__class__.__name__
+                if isinstance(self.state.stateful_callbacks[name], list):
+                    self.state.stateful_callbacks[name].append(callback.state())
+                else:
+                    self.state.stateful_callbacks[name] = callback.state()
+            self.state.save_to_json(str(staging_dir / TRAINER_STATE_NAME))
+            if self.resolved_config is not None:
+                (staging_dir / RESOLVED_CONFIG_NAME).write_text(_config_text(self.resolved_config))
+
+    def _issue_warnings_after_load(self, load_result: Any) -> None:
+        """Tied weights (`lm_head.weight`) are left out of `model.safetensors` by design: not missing."""
+        tied = set(getattr(self.model, "all_tied_weights_keys", None) or ())
+        missing = [key for key in load_result.missing_keys if key not in tied]
+        if len(missing) < len(load_result.missing_keys):
+            self.model.tie_weights()
+        super()._issue_warnings_after_load(load_result._replace(missing_keys=missing))
+
+    def _finalize_training(self, trial: Any, num_train_samples: int, start_time: float) -> Any:
+        """After a requested stop, keep the checkpoint just written and the weights as they are.
+
+        At the end of training Trainer loads the best model and, with `save_total_limit=1`,
+        deletes every checkpoint but the best: after an interruption that would delete the
+        checkpoint the run must resume from.
+        """
+        if self.stop_controller is None or not self.stop_controller.stop_requested:
+            return super()._finalize_training(trial, num_train_samples, start_time)
+        saved = self.args.load_best_model_at_end, self.args.save_total_limit
+        self.args.load_best_model_at_end, self.args.save_total_limit = False, None
+        try:
+            return super()._finalize_training(trial, num_train_samples, start_time)
+        finally:
+            self.args.load_best_model_at_end, self.args.save_total_limit = saved
+
+
+def _config_text(config: Mapping[str, Any] | str) -> str:
+    if isinstance(config, str):
+        return config
+    return yaml.safe_dump(dict(config), sort_keys=False)
+
+
+def _fsync_files(folder: Path) -> None:
+    """Flush every file of a finished checkpoint to disk before it is renamed into place."""
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(root)
+
+
+# ---- Resume discovery -------------------------------------------------------------------------
+
+
+def checkpoint_step(path: str | os.PathLike) -> int | None:
+    """N for a folder named `checkpoint-N`, else None."""
+    match = _CHECKPOINT_RE.match(Path(path).name)
+    return int(match.group(1)) if match else None
+
+
+def list_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
+    """`checkpoint-N` folders in `output_dir`, newest (highest N) first."""
+    output_dir = Path(output_dir)
+    if not output_dir.is_dir():
+        return []
+    found = [p for p in output_dir.iterdir() if p.is_dir() and checkpoint_step(p) is not None]
+    return sorted(found, key=checkpoint_step, reverse=True)
+
+
+def checkpoint_problems(checkpoint_dir: str | os.PathLike) -> list[str]:
+    """What makes a checkpoint unusable for an exact resume; an empty list when it is complete.
+
+    Checks the files Trainer's resume loads exist and are readable: `trainer_state.json` parses
+    and names the folder's step, `model.safetensors` (or its shards) has a valid header covering
+    the whole file, and `optimizer.pt`, `scheduler.pt`, `scaler.pt` and every `rng_state*.pth` are
+    whole torch archives. Trainer resumes silently and inexactly without these (hf5-notes).
+    """
+    folder = Path(checkpoint_dir)
+    if not folder.is_dir():
+        return ["not a folder"]
+    problems = []
+    problems += _trainer_state_problems(folder)
+    # DeepSpeed (global_stepN/) and FSDP (pytorch_model_fsdp*) write their own model and optimizer
+    # layouts, which their loaders check; only the files common to all are checked for them.
+    sharded_engine = any(folder.glob("global_step*")) or any(folder.glob("pytorch_model_fsdp*"))
+    if not sharded_engine:
+        problems += _weights_problems(folder)
+        for name in (OPTIMIZER_NAME, SCHEDULER_NAME):
+            problems += _torch_archive_problems(folder / name)
+    if (folder / SCALER_NAME).exists():
+        problems += _torch_archive_problems(folder / SCALER_NAME)
+    rng_files = sorted(folder.glob("rng_state*.pth"))
+    if not rng_files:
+        problems.append("no rng_state*.pth")
+    for rng_file in rng_files:
+        problems += _torch_archive_problems(rng_file)
+    return problems
+
+
+def _trainer_state_problems(folder: Path) -> list[str]:
+    try:
+        state = json.loads((folder / TRAINER_STATE_NAME).read_text())
+        step = state["global_step"]
+    except FileNotFoundError:
+        return [f"{TRAINER_STATE_NAME} is missing"]
+    except (ValueError, KeyError, TypeError, OSError):
+        return [f"{TRAINER_STATE_NAME} is unreadable"]
+    expected = checkpoint_step(folder)
+    if expected is not None and step != expected:
+        return [f"{TRAINER_STATE_NAME} is for step {step}"]
+    return []
+
+
+def _weights_problems(folder: Path) -> list[str]:
+    if (folder / WEIGHTS_INDEX_NAME).exists():
+        try:
+            shards = sorted(set(json.loads((folder / WEIGHTS_INDEX_NAME).read_text())["weight_map"].values()))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return [f"{WEIGHTS_INDEX_NAME} is unreadable"]
+    else:
+        shards = [WEIGHTS_NAME]
+    problems = []
+    for shard in shards:
+        path = folder / shard
+        if not path.exists():
+            problems.append(f"{shard} is missing")
+            continue
+        try:  # safe_open checks the header and that the data covers the whole file (no truncation)
+            with safe_open(str(path), framework="pt") as weights:
+                weights.keys()
+        except Exception:  # safetensors raises its own error type for every malformed file
+            problems.append(f"{shard} is truncated or unreadable")
+    return problems
+
+
+def _torch_archive_problems(path: Path) -> list[str]:
+    """`torch.save` writes a zip archive; a truncated one has no central directory at its end."""
+    if not path.exists():
+        return [f"{path.name} is missing"]
+    if not zipfile.is_zipfile(path):
+        return [f"{path.name} is truncated or unreadable"]
+    return []
+
+
+def remove_unfinished_saves(output_dir: str | os.PathLike, log: Callable[[str], None] | None = print) -> None:
+    """Delete staging folders left by a save that was killed before its rename."""
+    output_dir = Path(output_dir)
+    if not output_dir.is_dir():
+        return
+    for staging in sorted(output_dir.glob(f"{STAGING_PREFIX}{PREFIX_CHECKPOINT_DIR}-*")):
+        shutil.rmtree(staging, ignore_errors=True)
+        if log is not None:
+            log(f"removed {staging.name}: a checkpoint save that was interrupted before it finished")
+
+
+def set_aside(checkpoint_dir: Path) -> Path:
+    """Rename a bad checkpoint to `corrupt-checkpoint-N[-k]`, out of reach of resume and rotation."""
+    target = checkpoint_dir.with_name(f"{SET_ASIDE_PREFIX}{checkpoint_dir.name}")
+    suffix = 1
+    while target.exists():
+        suffix += 1
+        target = checkpoint_dir.with_name(f"{SET_ASIDE_PREFIX}{checkpoint_dir.name}-{suffix}")
+    os.replace(checkpoint_dir, target)
+    fsync_dir(checkpoint_dir.parent)
+    return target
+
+
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+def _info(message: str) -> None:
+    print(message, flush=True)
+
+
+def find_resume_checkpoint(
+    output_dir: str | os.PathLike,
+    *,
+    info: Callable[[str], None] = _info,
+    warn: Callable[[str], None] = _warn,
+) -> str | None:
+    """The newest complete checkpoint in `output_dir`, to pass to `train(resume_from_checkpoint=...)`.
+
+    Walks `checkpoint-N` newest first; one with problems is renamed to `corrupt-checkpoint-N`
+    with a warning saying why, and the walk goes on. Returns None, after saying that training
+    starts from scratch, when no complete checkpoint is left. Unfinished staging folders are
+    deleted. With several processes the main process decides (and renames) and the others
+    receive its answer, so all resume from the same step.
+    """
+    distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    if distributed and not is_main_process():
+        answer: list[str | None] = [None]
+        dist.broadcast_object_list(answer, src=0)
+        return answer[0]
+
+    output_dir = Path(output_dir)
+    remove_unfinished_saves(output_dir, log=info)
+    found = None
+    for checkpoint in list_checkpoints(output_dir):
+        problems = checkpoint_problems(checkpoint)
+        if not problems:
+            found = str(checkpoint)
+            break
+        moved_to = set_aside(checkpoint)
+        warn(
+            f"{checkpoint.name} is incomplete or corrupt ({'; '.join(problems)}): "
+            f"moved it to {moved_to.name}, trying an older checkpoint"
+        )
+    if found is None:
+        info(f"no complete checkpoint in {output_dir}: starting training from scratch")
+    else:
+        info(f"resuming from {found}")
+    if distributed:
+        dist.broadcast_object_list([found], src=0)
+    return found
+
+
+# ---- Resume compatibility ---------------------------------------------------------------------
+
+
+def check_resume_compatible(
+    run_config: Mapping[str, Any],
+    checkpoint_dir: str | os.PathLike,
+    sections: Sequence[str] = COMPARED_SECTIONS,
+    ignore: Sequence[str] = RESUME_MAY_DIFFER,
+) -> None:
+    """Raise `ConfigError` when the run config's model/tokenizer/data settings differ from the checkpoint's.
+
+    Compares the given sections of `run_config` with the checkpoint's `resolved_config.yaml`, key
+    by dotted key (`ignore` lists dotted keys allowed to differ, by default worker counts, caches
+    and progress bars). Training
+    settings may change on resume (more steps, another logging interval); these may not, because
+    the weights, vocabulary and data position in the checkpoint would no longer mean the same.
+    A checkpoint without `resolved_config.yaml` (written by plain Trainer) is not checked.
+    """
+    saved_file = Path(checkpoint_dir) / RESOLVED_CONFIG_NAME
+    if not saved_file.exists():
+        return
+    try:
+        saved = yaml.safe_load(saved_file.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{saved_file} is not valid YAML: {err}") from err
+    current = {key: value for key, value in _flatten(run_config).items() if key.split(".")[0] in sections}
+    previous = {key: value for key, value in _flatten(saved).items() if key.split(".")[0] in sections}
+    ignored = set(ignore)
+    differences = [
+        f"{key} is {current.get(key, '<unset>')!r} here but {previous.get(key, '<unset>')!r} in the checkpoint"
+        for key in sorted(current.keys() | previous.keys())
+        if key not in ignored and current.get(key) != previous.get(key)
+    ]
+    if differences:
+        shown = "; ".join(differences[:3]) + (
+            f"; and {len(differences) - 3} more" if len(differences) > 3 else ""
+        )
+        raise ConfigError(
+            f"cannot resume from {Path(checkpoint_dir).name}: {shown}. "
+            "Use the checkpoint's settings or a new output_dir"
+        )
+
+
+def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"model": {"hidden_size": 64}} -> {"model.hidden_size": 64}; lists become tuples."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, f"{dotted}."))
+        elif isinstance(value, list | tuple):
+            flat[dotted] = tuple(value)
+        elif isinstance(value, os.PathLike):
+            flat[dotted] = os.fspath(value)
+        else:
+            flat[dotted] = value
+    return flat
+
+
+def resolve_resume_checkpoint(output_dir: str | os.PathLike, run_config: Mapping[str, Any]) -> str | None:
+    """`--resume` in one call: the newest complete checkpoint, checked against the run config."""
+    checkpoint = find_resume_checkpoint(output_dir)
+    if checkpoint is not None:
+        check_resume_compatible(run_config, checkpoint)
+    return checkpoint

@@ -1,0 +1,135 @@
+"""Sample text from a model with `generate()`, streamed to the terminal as it is produced.
+
+Sampling settings come, in order, from the caller (the CLI flags), the run's sample settings in
+the resolved training config beside the model (`training.sample_*`), then the model's
+`generation_config.json`. Each sample i is drawn after `set_seed(seed + i)`, so a seed gives the
+same text on every run, and any one sample can be redrawn alone.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import GenerationConfig, TextStreamer, set_seed
+
+from .errors import ConfigError
+
+
+@dataclass
+class SamplingSettings:
+    """How to sample; None means "take it from the run config or the generation config"."""
+
+    max_new_tokens: int | None = None
+    temperature: float | None = None  # 0 means greedy decoding
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int | None = None  # None: a random seed, reported so the text can be reproduced
+    num_samples: int = 1
+
+    def validate(self) -> None:
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            raise ConfigError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature is not None and self.temperature < 0:
+            raise ConfigError(f"--temperature must be >= 0, got {self.temperature}")
+        if self.top_k is not None and self.top_k < 1:
+            raise ConfigError(f"--top-k must be >= 1, got {self.top_k}")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise ConfigError(f"--top-p must be in (0, 1], got {self.top_p}")
+        if self.num_samples < 1:
+            raise ConfigError(f"--num-samples must be >= 1, got {self.num_samples}")
+
+
+def build_generation_config(
+    model_generation_config: GenerationConfig | None,
+    settings: SamplingSettings,
+    run_config: dict[str, Any] | None = None,
+) -> GenerationConfig:
+    """The model's generation config, overridden by the run's sample settings, then by `settings`."""
+    config = (
+        GenerationConfig.from_dict(model_generation_config.to_dict())
+        if model_generation_config
+        else GenerationConfig()
+    )
+    training = (run_config or {}).get("training") or {}
+    from_run = {
+        "max_new_tokens": training.get("sample_max_new_tokens"),
+        "temperature": training.get("sample_temperature"),
+        "top_k": training.get("sample_top_k"),
+    }
+    chosen = {key: value for key, value in from_run.items() if value is not None}
+    chosen.update(
+        {
+            key: getattr(settings, key)
+            for key in ("max_new_tokens", "temperature", "top_k", "top_p")
+            if getattr(settings, key) is not None
+        }
+    )
+    temperature = chosen.pop("temperature", config.temperature if config.do_sample else 0.0)
+    if temperature is not None and temperature > 0:
+        chosen.update(do_sample=True, temperature=temperature)
+    else:
+        chosen.update(do_sample=False, temperature=None, top_k=None, top_p=None)
+    config.update(**chosen)
+    return config
+
+
+def prompt_ids(tokenizer, prompt: str) -> torch.Tensor:
+    """(1, T) token ids of `prompt`; an empty prompt starts a new document (the EOS/BOS token)."""
+    if prompt:
+        return tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
+    start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    if start is None:
+        raise ConfigError("give a --prompt: the tokenizer has no BOS/EOS token to start from")
+    return torch.tensor([[start]])
+
+
+def generate_samples(
+    model,
+    tokenizer,
+    prompt: str,
+    settings: SamplingSettings,
+    run_config: dict[str, Any] | None = None,
+    stream: bool = True,
+    on_sample_start=None,
+) -> list[str]:
+    """Generate `settings.num_samples` continuations of `prompt`; returns the full texts.
+
+    With `stream`, each sample's text is printed as it is produced (`TextStreamer`).
+    `on_sample_start(i, seed)` is called before sample i (the CLI prints a header there).
+    """
+    settings.validate()
+    generation_config = build_generation_config(model.generation_config, settings, run_config)
+    input_ids = prompt_ids(tokenizer, prompt).to(model.device)  # (1, T)
+    context = model.config.max_position_embeddings
+    if generation_config.max_new_tokens is None:  # nothing set it: fill the context
+        generation_config.max_new_tokens = max(1, context - input_ids.shape[1])
+    if input_ids.shape[1] + generation_config.max_new_tokens > context:
+        raise ConfigError(
+            f"prompt ({input_ids.shape[1]} tokens) + max_new_tokens ({generation_config.max_new_tokens}) "
+            f"exceeds the model's context of {context} tokens"
+        )
+    if generation_config.pad_token_id is None:
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        generation_config.pad_token_id = pad_id
+    base_seed = settings.seed if settings.seed is not None else random.SystemRandom().randrange(2**31)
+    streamer = TextStreamer(tokenizer, skip_prompt=False, skip_special_tokens=True) if stream else None
+    texts = []
+    for i in range(settings.num_samples):
+        if on_sample_start is not None:
+            on_sample_start(i, base_seed + i)
+        set_seed(base_seed + i)  # Python, NumPy and torch RNGs: sampling draws from torch's
+        with torch.inference_mode():
+            output = model.generate(
+                input_ids,
+                attention_mask=torch.ones_like(input_ids),
+                generation_config=generation_config,
+                streamer=streamer,
+            )
+        texts.append(tokenizer.decode(output[0], skip_special_tokens=True))
+    return texts
+
+
+__all__ = ["SamplingSettings", "build_generation_config", "generate_samples", "prompt_ids"]

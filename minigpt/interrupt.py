@@ -1,0 +1,132 @@
+"""Stop training cleanly on Ctrl-C, SIGTERM or a call from another thread.
+
+The first SIGINT/SIGTERM only raises a flag; `StopTrainingCallback` sees it at the next optimizer
+step boundary and asks Trainer to save a checkpoint and stop, so the run resumes exactly. A second
+signal (a second or more after the first) aborts at once: checkpoints are written atomically
+(`minigpt.checkpointing`), so killing the process mid-save leaves the previous checkpoint intact.
+
+Written by hand because Trainer's `enable_jit_checkpoint` saves from `on_pre_optimizer_step` (half
+way through a step), handles SIGTERM only, and does not make several processes agree on the step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator, Sequence
+
+import torch
+import torch.distributed as dist
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+from .distributed import is_main_process
+
+HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# `accelerate launch`/torchrun forward the terminal's Ctrl-C to workers that already got it from the
+# terminal: a repeat this soon after the first signal is that copy, not a second Ctrl-C.
+DUPLICATE_SIGNAL_WINDOW_S = 1.0
+
+
+class StopController:
+    """A thread-safe "please stop" flag for one training run.
+
+    Set it from a signal handler (`install_signal_handlers`), another thread (`request_stop`) or a
+    callback; `StopTrainingCallback` turns it into a checkpoint and a stop at the next step.
+    """
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.signum: int | None = None  # the signal that asked to stop, None for request_stop()
+        self.reason: str | None = None
+        self.stopped_at_step: int | None = None  # global step of the checkpoint written on stop
+        self._first_signal_at: float | None = None  # monotonic time of the first signal
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._event.is_set()
+
+    def request_stop(self, reason: str = "stop requested", signum: int | None = None) -> None:
+        """Ask training to save and stop at the next step boundary (safe from any thread)."""
+        if not self._event.is_set():
+            self.reason = reason
+            self.signum = signum
+        self._event.set()
+
+    @property
+    def exit_code(self) -> int:
+        """Shell convention for a run ended by a signal: 128 + signal (130 SIGINT, 143 SIGTERM)."""
+        if self.signum is not None:
+            return 128 + self.signum
+        return 1 if self.stop_requested else 0
+
+    @contextlib.contextmanager
+    def install_signal_handlers(self, signals: Sequence[int] = HANDLED_SIGNALS) -> Iterator[StopController]:
+        """Route SIGINT/SIGTERM to this controller while the block runs; restore the old handlers after.
+
+        Outside the main thread (where Python cannot install handlers) this does nothing.
+        """
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = {sig: signal.getsignal(sig) for sig in signals}
+        for sig in signals:
+            signal.signal(sig, self._handle_signal)
+        try:
+            yield self
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _handle_signal(self, signum: int, frame: object) -> None:
+        name = signal.Signals(signum).name
+        now = time.monotonic()
+        if self._first_signal_at is not None and now - self._first_signal_at < DUPLICATE_SIGNAL_WINDOW_S:
+            return  # the launcher's copy of the first signal
+        if self._first_signal_at is not None:
+            # Second signal: leave now. Checkpoints are renamed into place whole, so nothing breaks.
+            _write_stderr(f"\n{name} again: aborting now; the last complete checkpoint is intact.\n")
+            os._exit(128 + signum)
+        self._first_signal_at = now
+        self.request_stop(f"received {name}", signum)
+        _write_stderr(
+            f"\n{name} received: saving a checkpoint at the end of this step, then stopping "
+            "(send it again to abort at once).\n"
+        )
+
+
+def _write_stderr(text: str) -> None:
+    # os.write, not print: a handler may interrupt a print on the same stream (reentrant call error).
+    if is_main_process():
+        os.write(2, text.encode())
+
+
+class StopTrainingCallback(TrainerCallback):
+    """At each optimizer step end: if a stop was requested on any process, save and stop."""
+
+    def __init__(self, controller: StopController) -> None:
+        self.controller = controller
+
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs
+    ) -> TrainerControl:
+        requested, signum = self._agree_across_processes(args)
+        if requested:
+            if not self.controller.stop_requested:  # another process got the signal
+                self.controller.request_stop("stop requested on another process", signum or None)
+            self.controller.stopped_at_step = state.global_step
+            control.should_save = True
+            control.should_training_stop = True
+        return control
+
+    def _agree_across_processes(self, args: TrainingArguments) -> tuple[bool, int]:
+        """Every process must stop at the same step, or the next collective deadlocks."""
+        requested = self.controller.stop_requested
+        signum = self.controller.signum or 0
+        if args.world_size <= 1 or not (dist.is_available() and dist.is_initialized()):
+            return requested, signum
+        flags = torch.tensor([int(requested), signum], dtype=torch.int64, device=args.device)
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)  # (2,): any process asked, and its signal
+        return bool(flags[0].item()), int(flags[1].item())

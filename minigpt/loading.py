@@ -1,0 +1,135 @@
+"""Find a model from what a user types: a model folder, a run or checkpoint folder, or a repo id.
+
+Shared by `scripts/generate.py`, `scripts/evaluate.py` and `scripts/push.py`, so all three accept
+the same MODEL argument:
+
+- a model folder (`config.json` inside): a run's `final/`, a `checkpoint-N/`, a hub snapshot;
+- a training run folder: its `final/` model (a run without one names its latest checkpoint);
+- `ORG/NAME` in a hub folder (`minigpt.hub`), at a branch, tag or commit (`--revision`),
+  loaded with `from_pretrained(repo_id, cache_dir=hub_dir, revision=...)`, as from the real hub.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import hub
+from .errors import MiniGPTUserError
+
+FINAL_MODEL_DIRNAME = "final"  # where training saves the finished model inside a run folder
+CHECKPOINT_PATTERN = re.compile(r"checkpoint-(\d+)")
+
+
+class ModelNotFoundError(MiniGPTUserError):
+    """MODEL names no model folder, run, checkpoint or repo in the hub folder."""
+
+
+@dataclass(frozen=True)
+class ModelLocation:
+    """Where a model lives, in the terms `from_pretrained` takes, plus the folder on disk."""
+
+    name_or_path: str  # a folder, or a repo id
+    local_dir: Path  # the folder holding config.json (for a repo id: its snapshot)
+    run_dir: Path | None = None  # the training run the model came from, when known
+    revision: str | None = None  # repo ids only: branch, tag or commit
+    hub_dir: Path | None = None  # repo ids only: the hub folder (a huggingface_hub cache)
+
+    @property
+    def is_repo(self) -> bool:
+        return self.hub_dir is not None
+
+    def from_pretrained_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for `AutoModel*/AutoTokenizer.from_pretrained(self.name_or_path, ...)`."""
+        if not self.is_repo:
+            return {}
+        return {"revision": self.revision, "cache_dir": str(self.hub_dir), "local_files_only": True}
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The highest-numbered `checkpoint-N` folder holding a config.json, if any."""
+    found = [
+        (int(m.group(1)), p)
+        for p in run_dir.iterdir()
+        if (m := CHECKPOINT_PATTERN.fullmatch(p.name)) and (p / "config.json").is_file()
+    ]
+    return max(found)[1] if found else None
+
+
+def _run_dir_of(model_dir: Path) -> Path | None:
+    """The run folder around `final/` or `checkpoint-N/`, else None."""
+    if model_dir.name == FINAL_MODEL_DIRNAME or CHECKPOINT_PATTERN.fullmatch(model_dir.name):
+        return model_dir.parent
+    return None
+
+
+def resolve_model(
+    model: str | os.PathLike,
+    hub_dir: str | os.PathLike | None = None,
+    revision: str | None = None,
+) -> ModelLocation:
+    """Turn a MODEL argument into a `ModelLocation`; a folder on disk wins over a repo id."""
+    path = Path(model)
+    if path.is_dir():
+        if revision is not None:
+            raise ModelNotFoundError(f"--revision applies to repo ids, but {model} is a folder")
+        if (path / "config.json").is_file():
+            return ModelLocation(str(path), path, run_dir=_run_dir_of(path.resolve()))
+        final = path / FINAL_MODEL_DIRNAME
+        if (final / "config.json").is_file():
+            return ModelLocation(str(final), final, run_dir=path)
+        checkpoint = latest_checkpoint(path)
+        if checkpoint is not None:
+            raise ModelNotFoundError(
+                f"run folder {model} has no {FINAL_MODEL_DIRNAME}/ model (training unfinished?); "
+                f"pass a checkpoint folder instead, e.g. {checkpoint}"
+            )
+        raise ModelNotFoundError(
+            f"{model} holds no model: no config.json, {FINAL_MODEL_DIRNAME}/ or checkpoint-N/"
+        )
+    if path.exists():
+        raise ModelNotFoundError(
+            f"{model} is a file; MODEL is a model, run or checkpoint folder, or ORG/NAME"
+        )
+    model = str(model)
+    if model.count("/") != 1 or model.startswith(("/", ".")):
+        raise ModelNotFoundError(f"no such model folder: {model}")
+    hub_path = Path(hub_dir) if hub_dir is not None else hub.default_hub_dir()
+    revision = revision or hub.MAIN_BRANCH
+    snapshot = hub.snapshot_dir(hub_path, model, revision)  # HubError if the repo or revision is absent
+    return ModelLocation(model, snapshot, revision=revision, hub_dir=hub_path)
+
+
+def load_tokenizer(location: ModelLocation):
+    """The model's tokenizer, through `AutoTokenizer` as any transformers user would load it."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(location.name_or_path, **location.from_pretrained_kwargs())
+
+
+def load_model(location: ModelLocation, **kwargs: Any):
+    """The model in eval mode through `AutoModelForCausalLM`.
+
+    The installed minigpt classes are used (importing the package registered them with the Auto
+    classes); the source files shipped beside the weights are what a user without minigpt runs.
+    """
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(
+        location.name_or_path, **location.from_pretrained_kwargs(), **kwargs
+    )
+    return model.eval()
+
+
+__all__ = [
+    "FINAL_MODEL_DIRNAME",
+    "ModelLocation",
+    "ModelNotFoundError",
+    "latest_checkpoint",
+    "load_model",
+    "load_tokenizer",
+    "resolve_model",
+]

@@ -1,0 +1,182 @@
+"""Publish a trained model to a hub folder: pick the files, write the model card, commit.
+
+Only an allowlist of files is published: weights as safetensors, config and generation config,
+tokenizer files, the model's source files, the resolved training config and the loss curve.
+Trainer's checkpoint extras are left behind, above all its pickles (`training_args.bin`,
+`optimizer.pt`, `rng_state*.pth`): loading a pickle runs code, so none is ever published.
+Every check runs before the hub folder is touched, so a rejected push leaves it as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import yaml
+from safetensors import safe_open
+
+from . import hub
+from .errors import MiniGPTUserError
+from .loading import resolve_model
+from .model_card import CardFacts, count_parameters, read_eval_metrics, render_model_card
+
+SHARD_PATTERN = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "chat_template.jinja",
+)
+RESOLVED_CONFIG_NAME = "resolved_config.yaml"  # the run config training resolved and saved
+LOSS_CURVE_NAME = "loss.png"  # the loss-curve picture training draws in the run folder
+# Formats that unpickle (torch.save, pickle, joblib): never published, whatever the allowlist says.
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib")
+
+
+class PublishError(MiniGPTUserError):
+    """The source cannot be published: missing, no weights, no tokenizer, no source files."""
+
+
+def _weights_files(model_dir: Path) -> dict[str, Path]:
+    single = model_dir / "model.safetensors"
+    if single.is_file():
+        return {single.name: single}
+    index = model_dir / "model.safetensors.index.json"
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text()).get("weight_map", {}).values()))
+        missing = [s for s in shards if not SHARD_PATTERN.fullmatch(s) or not (model_dir / s).is_file()]
+        if shards and not missing:
+            return {index.name: index, **{s: model_dir / s for s in shards}}
+    raise PublishError(
+        f"{model_dir} has no weights (model.safetensors); only safetensors weights are published"
+    )
+
+
+def _check_safetensors(path: Path) -> None:
+    try:
+        with safe_open(str(path), framework="numpy") as handle:
+            handle.keys()
+    except Exception as err:  # safetensors raises its own error types for a corrupt header
+        raise PublishError(f"{path} is not a readable safetensors file: {err}") from None
+
+
+def _tokenizer_files(model_dir: Path) -> dict[str, Path]:
+    found = {name: model_dir / name for name in TOKENIZER_FILES if (model_dir / name).is_file()}
+    has_vocab = "tokenizer.json" in found or {"vocab.json", "merges.txt"} <= found.keys()
+    if "tokenizer_config.json" not in found or not has_vocab:
+        raise PublishError(
+            f"{model_dir} has no tokenizer (tokenizer.json + tokenizer_config.json); "
+            "save the tokenizer with the model (tokenizer.save_pretrained)"
+        )
+    return found
+
+
+def _source_files(model_dir: Path, config: dict) -> dict[str, Path]:
+    """The model's Python files that `auto_map` names: what lets it load without minigpt."""
+    auto_map = config.get("auto_map") or {}
+    if "AutoModelForCausalLM" not in auto_map:
+        raise PublishError(
+            f"{model_dir}/config.json has no auto_map for AutoModelForCausalLM; re-save the model "
+            "with minigpt imported so its source files are written beside the weights"
+        )
+    modules = {ref.split(".")[0] + ".py" for ref in auto_map.values() if isinstance(ref, str)}
+    files = {p.name: p for p in sorted(model_dir.glob("*.py"))}
+    missing = sorted(modules - files.keys())
+    if missing:
+        raise PublishError(f"{model_dir} lacks the model source files {', '.join(missing)} named by auto_map")
+    return files
+
+
+def _first_file(name: str, *folders: Path | None) -> Path | None:
+    for folder in folders:
+        if folder is not None and (folder / name).is_file():
+            return folder / name
+    return None
+
+
+def _generation_config_text(config: dict) -> str:
+    """A generation_config.json for a model folder saved without one (token ids only)."""
+    keys = ("bos_token_id", "eos_token_id", "pad_token_id")
+    return json.dumps({k: config.get(k) for k in keys if config.get(k) is not None}, indent=2) + "\n"
+
+
+def collect_files(source: str | os.PathLike, staging: Path, repo_id: str, license: str) -> dict[str, Path]:
+    """{snapshot name: file} for everything published from `source`; generated files go to `staging`."""
+    if not Path(source).exists():
+        raise PublishError(f"source not found: {source}")
+    location = resolve_model(source)
+    model_dir, run_dir = location.local_dir, location.run_dir
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+    except json.JSONDecodeError as err:
+        raise PublishError(f"{model_dir}/config.json is not valid JSON: {err}") from None
+
+    weights = _weights_files(model_dir)
+    for path in weights.values():
+        if path.suffix == ".safetensors":
+            _check_safetensors(path)
+    files: dict[str, Path] = {"config.json": model_dir / "config.json", **weights}
+    files.update(_tokenizer_files(model_dir))
+    files.update(_source_files(model_dir, config))
+
+    generation_config = model_dir / "generation_config.json"
+    if not generation_config.is_file():
+        generation_config = staging / "generation_config.json"
+        generation_config.write_text(_generation_config_text(config))
+    files["generation_config.json"] = generation_config
+
+    run_config = None
+    resolved = _first_file(RESOLVED_CONFIG_NAME, model_dir, run_dir)
+    if resolved is not None:
+        files[RESOLVED_CONFIG_NAME] = resolved
+        run_config = yaml.safe_load(resolved.read_text()) or {}
+    loss_curve = _first_file(LOSS_CURVE_NAME, model_dir, run_dir)
+    if loss_curve is not None:
+        files[LOSS_CURVE_NAME] = loss_curve
+
+    metrics, step = read_eval_metrics(run_dir, model_dir)
+    facts = CardFacts(
+        repo_id=repo_id,
+        model_config=config,
+        num_parameters=count_parameters([p for p in weights.values() if p.suffix == ".safetensors"]),
+        license=license,
+        run_config=run_config,
+        metrics=metrics,
+        metrics_step=step,
+        loss_curve=LOSS_CURVE_NAME if loss_curve is not None else None,
+    )
+    card = staging / "README.md"
+    card.write_text(render_model_card(facts))
+    files["README.md"] = card
+
+    pickles = sorted(name for name in files if name.lower().endswith(PICKLE_SUFFIXES))
+    if pickles:  # unreachable with the allowlist above; kept as the last line of defence
+        raise PublishError(f"refusing to publish pickle files: {', '.join(pickles)}")
+    return files
+
+
+def publish(
+    source: str | os.PathLike,
+    repo_id: str,
+    hub_dir: str | os.PathLike,
+    tag: str | None = None,
+    message: str | None = None,
+    license: str = "apache-2.0",
+) -> hub.CommitInfo:
+    """Commit the model in `source` (model, checkpoint or run folder) to `repo_id` in `hub_dir`."""
+    hub.validate_model_repo_id(repo_id)
+    if tag is not None:
+        hub.validate_tag(tag)
+        hub.check_new_tag(hub_dir, repo_id, tag)
+    with tempfile.TemporaryDirectory(prefix="minigpt-publish-") as staging:
+        files = collect_files(source, Path(staging), repo_id, license)
+        return hub.push_files(files, repo_id, hub_dir, message or f"Publish {source}", tag=tag)
+
+
+__all__ = ["PICKLE_SUFFIXES", "PublishError", "collect_files", "publish"]

@@ -1,0 +1,405 @@
+"""One training run from a RunConfig: tokenizer, data, model, `transformers.Trainer`, final model.
+
+`run_training(run)` goes from raw corpus to `<output_dir>/final/` (loadable with
+`from_pretrained`). Trainer owns the optimizer (AdamW), the schedule (linear warmup then cosine to
+a floor), clipping, gradient accumulation (loss = mean over all tokens of the accumulated window,
+through `num_items_in_batch`), precision and checkpoints; Accelerate owns devices and processes.
+What is written here is only what those libraries cannot do: which parameters decay, derived
+metrics (tokens/s, MFU, bits per byte), samples, the final save and the summary.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from torch import nn
+from transformers import (
+    AutoModelForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    TrainerCallback,
+    TrainingArguments,
+    default_data_collator,
+    set_seed,
+)
+from transformers.trainer_callback import ProgressCallback
+
+import minigpt  # noqa: F401  (registers MiniGPT with the Auto classes)
+from minigpt.atomic import atomic_output_dir, atomic_write_file
+from minigpt.callbacks import (
+    LogLineProgressCallback,
+    MetricsFileCallback,
+    SampleTextCallback,
+    StepTimerCallback,
+)
+from minigpt.checkpointing import RESOLVED_CONFIG_NAME, AtomicCheckpointTrainer, resolve_resume_checkpoint
+from minigpt.compatibility import check_compatible
+from minigpt.config import RunConfig, effective_batch_size
+from minigpt.data import prepare_corpus
+from minigpt.interrupt import StopController
+from minigpt.plotting import plot_loss_curves
+from minigpt.throughput import ThroughputMeter, flops_per_token
+from minigpt.tokenization import load_or_train_tokenizer
+
+METRICS_FILE = "metrics.jsonl"
+SAMPLES_FILE = "samples.txt"
+LOSS_PLOT_FILE = "loss.png"
+SUMMARY_FILE = "summary.json"
+FINAL_DIR = "final"
+
+
+@dataclass
+class TrainingResult:
+    """What a finished (or stopped) run produced."""
+
+    output_dir: Path
+    final_dir: Path | None  # <output_dir>/final, None when the run was stopped before the end
+    global_step: int
+    tokens_seen: int
+    runtime_seconds: float
+    final_metrics: dict[str, float]  # eval_loss, eval_perplexity, eval_bpb at the last step
+    best_eval_bpb: float | None
+    stopped: bool  # stopped by a signal or StopController.request_stop() (a checkpoint was saved)
+    log_history: list[dict[str, Any]] = field(repr=False, default_factory=list)
+
+
+class MiniGPTTrainer(AtomicCheckpointTrainer):
+    """Trainer with MiniGPT's weight-decay groups and derived metrics in every log record.
+
+    Checkpoints are atomic and carry the resolved run config (AtomicCheckpointTrainer).
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        decay_embeddings: bool = False,
+        throughput: ThroughputMeter | None = None,
+        bits_per_byte: Callable[[float], float] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.decay_embeddings = decay_embeddings
+        self.throughput = throughput
+        self.bits_per_byte = bits_per_byte  # validation loss (nats/token) -> bits per UTF-8 byte
+
+    def get_decay_parameter_names(self, model: nn.Module) -> list[str]:
+        """Weight matrices only: Trainer already leaves out LayerNorm and biases; we also leave out
+        embeddings (and so the tied output head) unless `training.decay_embeddings` is set, as minGPT
+        does: a row of an embedding table only gets gradient when its token occurs, so decay would
+        steadily shrink rare tokens toward zero.
+        """
+        names = super().get_decay_parameter_names(model)
+        if self.decay_embeddings:
+            return names
+        embedding_params = {
+            f"{module_name}.{param_name}" if module_name else param_name
+            for module_name, module in model.named_modules()
+            if isinstance(module, nn.Embedding)
+            for param_name, _ in module.named_parameters(recurse=False)
+        }
+        return [name for name in names if name not in embedding_params]
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """Add tokens/s, MFU and tokens seen to training records; perplexity and bits/byte to eval ones."""
+        if "loss" in logs and self.throughput is not None:
+            logs.update(self.throughput.take_window())
+            logs["tokens_seen"] = self.state.global_step * self.throughput.tokens_per_step
+        if "eval_loss" in logs:  # the validation split's mean loss per token, in nats
+            logs["eval_perplexity"] = math.exp(min(logs["eval_loss"], 50.0))  # capped: exp overflows
+            if self.bits_per_byte is not None:
+                logs["eval_bpb"] = self.bits_per_byte(logs["eval_loss"])
+        super().log(logs, start_time)
+
+
+def build_training_arguments(run: RunConfig) -> TrainingArguments:
+    """TrainingArguments from the `training` and `hardware` sections (same key names)."""
+    t, h = run.training, run.hardware
+    optional = {"tf32": h.tf32} if h.tf32 is not None else {}
+    return TrainingArguments(
+        output_dir=t.output_dir,
+        max_steps=t.max_steps,
+        learning_rate=t.learning_rate,
+        lr_scheduler_type=t.lr_scheduler_type,
+        lr_scheduler_kwargs={"min_lr": t.min_learning_rate}
+        if t.lr_scheduler_type == "cosine_with_min_lr"
+        else {},
+        warmup_steps=t.warmup_steps,
+        weight_decay=t.weight_decay,
+        adam_beta1=t.adam_beta1,
+        adam_beta2=t.adam_beta2,
+        adam_epsilon=t.adam_epsilon,
+        optim=t.optim,
+        max_grad_norm=t.max_grad_norm,
+        seed=t.seed,
+        logging_strategy="steps",
+        logging_steps=t.logging_steps,
+        logging_first_step=True,  # the step-1 loss anchors the curve
+        eval_strategy="steps",
+        eval_steps=t.eval_steps,
+        save_strategy="steps",
+        save_steps=t.save_steps,
+        save_total_limit=t.save_total_limit,
+        report_to=t.report_to,
+        prediction_loss_only=True,  # evaluation needs the loss only, not gathered logits
+        disable_tqdm=False,
+        use_cpu=h.use_cpu,
+        bf16=h.bf16,
+        fp16=h.fp16,
+        torch_compile=h.torch_compile,
+        torch_compile_mode=h.torch_compile_mode,
+        activation_checkpointing=h.activation_checkpointing,
+        per_device_train_batch_size=h.per_device_train_batch_size,
+        gradient_accumulation_steps=h.gradient_accumulation_steps,
+        per_device_eval_batch_size=h.per_device_eval_batch_size,
+        dataloader_num_workers=h.dataloader_num_workers,
+        **optional,
+    )
+
+
+def build_model(run: RunConfig, tokenizer: PreTrainedTokenizerBase) -> PreTrainedModel:
+    """A freshly initialised MiniGPT sized to the tokenizer (len(tokenizer) tokens, its special ids)."""
+    config = run.model_config(
+        vocab_size=len(tokenizer),
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    return AutoModelForCausalLM.from_config(config, attn_implementation=run.hardware.attn_implementation)
+
+
+def build_trainer(
+    run: RunConfig,
+    args: TrainingArguments,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    train_dataset: Any,
+    eval_dataset: Any,
+    bits_per_byte: Callable[[float], float] | None = None,
+    callbacks: Sequence[TrainerCallback] = (),
+    stop_controller: StopController | None = None,
+) -> MiniGPTTrainer:
+    """The run's Trainer, with MiniGPT's callbacks: step timer, log lines, metrics.jsonl, samples."""
+    output_dir = Path(run.training.output_dir)
+    tokens_per_step = effective_batch_size(run.hardware, args.world_size) * run.data.block_size
+    meter = ThroughputMeter(
+        tokens_per_step=tokens_per_step,
+        flops_per_token=flops_per_token(model, model.config, run.data.block_size),
+        peak_flops=run.hardware.peak_flops,
+        num_devices=args.world_size,
+    )
+    own_callbacks: list[TrainerCallback] = [
+        StepTimerCallback(meter),  # first, so sampling at step end is not timed as training
+        MetricsFileCallback(output_dir / METRICS_FILE),
+        SampleTextCallback(
+            tokenizer,
+            prompts=run.training.sample_prompts,
+            path=output_dir / SAMPLES_FILE,
+            every=run.training.sample_steps,
+            max_new_tokens=run.training.sample_max_new_tokens,
+            temperature=run.training.sample_temperature,
+            top_k=run.training.sample_top_k,
+            seed=run.training.seed,
+        ),
+    ]
+    trainer = MiniGPTTrainer(
+        model=model,
+        args=args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        processing_class=tokenizer,
+        data_collator=default_data_collator,  # blocks are equal length: stack, no padding or mask
+        callbacks=[*own_callbacks, *callbacks],
+        resolved_config=run.to_dict(),
+        stop_controller=stop_controller,
+        decay_embeddings=run.training.decay_embeddings,
+        throughput=meter,
+        bits_per_byte=bits_per_byte,
+    )
+    trainer.remove_callback(ProgressCallback)
+    trainer.add_callback(LogLineProgressCallback())
+    return trainer
+
+
+def run_training(
+    run: RunConfig,
+    callbacks: Sequence[TrainerCallback] = (),
+    stop_controller: StopController | None = None,
+    resume: bool = False,
+) -> TrainingResult:
+    """Train a model end to end as the run config says; returns what it produced.
+
+    `callbacks` are extra `TrainerCallback`s (a UI reads `logs` in `on_log`). To stop from another
+    thread, pass a `StopController` and call its `request_stop()`: the run saves a checkpoint at
+    the next step and returns with `stopped=True`. SIGINT/SIGTERM do the same when this runs in
+    the main thread. `resume=True` continues from the newest complete checkpoint in output_dir.
+    """
+    started = time.perf_counter()
+    if run.hardware.torch_num_threads is not None:
+        # Oversubscribed cores (other jobs, several processes) stall torch's thread pool badly.
+        torch.set_num_threads(run.hardware.torch_num_threads)
+    stop_controller = stop_controller or StopController()
+    output_dir = Path(run.training.output_dir)
+    args = build_training_arguments(run)  # also sets up the process group under `accelerate launch`
+    main = args.should_save  # the one process that prints and writes run files
+    if main:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        with atomic_write_file(output_dir / RESOLVED_CONFIG_NAME) as handle:
+            handle.write(run.to_yaml())
+
+    with args.main_process_first(desc="tokenizer and data"):  # one process trains and caches, others load
+        tokenizer = load_or_train_tokenizer(run.tokenizer, run.data)
+        corpus = prepare_corpus(
+            run.data, tokenizer, max_position_embeddings=run.model.max_position_embeddings
+        )
+    checkpoint = resolve_resume_checkpoint(output_dir, run.to_dict()) if resume else None
+
+    set_seed(run.training.seed)  # the model's initial weights depend only on the seed
+    model = build_model(run, tokenizer)
+    check_compatible(  # vocabulary, special ids, block size and the blocks' tokenizer all agree
+        tokenizer,
+        model.config.vocab_size,
+        max_position_embeddings=model.config.max_position_embeddings,
+        bos_token_id=model.config.bos_token_id,
+        eos_token_id=model.config.eos_token_id,
+        pad_token_id=model.config.pad_token_id,
+        corpus=corpus,
+    )
+    trainer = build_trainer(
+        run,
+        args,
+        model,
+        tokenizer,
+        corpus.train,
+        corpus.validation,
+        bits_per_byte=corpus.validation_stats.bits_per_byte,  # loss x tokens / bytes / ln 2
+        callbacks=callbacks,
+        stop_controller=stop_controller,
+    )
+    if main:
+        print(describe_run(run, model, args, len(corpus.train), len(corpus.validation)), flush=True)
+
+    with stop_controller.install_signal_handlers():
+        trainer.train(resume_from_checkpoint=checkpoint)
+    stopped = stop_controller.stop_requested
+
+    history = trainer.state.log_history
+    final_metrics = {}
+    if not stopped:
+        last_eval = next((r for r in reversed(history) if "eval_loss" in r), None)
+        if last_eval is None or last_eval["step"] != trainer.state.global_step:
+            trainer.evaluate()
+            last_eval = history[-1]
+        final_metrics = {
+            k: v for k, v in last_eval.items() if k in ("eval_loss", "eval_perplexity", "eval_bpb")
+        }
+
+    final_dir = None
+    if main:
+        if not stopped:
+            final_dir = save_final_model(trainer, tokenizer, run, output_dir / FINAL_DIR)
+        title = f"MiniGPT: {output_dir.name}"
+        if "eval_bpb" in final_metrics:
+            title += f" (validation: {final_metrics['eval_bpb']:.3f} bits/byte)"
+        plot_loss_curves(history, output_dir / LOSS_PLOT_FILE, title=title)
+    bpbs = [r["eval_bpb"] for r in history if "eval_bpb" in r]
+    result = TrainingResult(
+        output_dir=output_dir,
+        final_dir=final_dir,
+        global_step=trainer.state.global_step,
+        tokens_seen=trainer.state.global_step * trainer.throughput.tokens_per_step,
+        runtime_seconds=time.perf_counter() - started,
+        final_metrics=final_metrics,
+        best_eval_bpb=min(bpbs) if bpbs else None,
+        stopped=stopped,
+        log_history=list(history),
+    )
+    if main:
+        with atomic_write_file(output_dir / SUMMARY_FILE) as handle:
+            json.dump(summary_record(result), handle, indent=2)
+        print(describe_result(result), flush=True)
+    return result
+
+
+def save_final_model(
+    trainer: MiniGPTTrainer, tokenizer: PreTrainedTokenizerBase, run: RunConfig, final_dir: Path
+) -> Path:
+    """Model, tokenizer and resolved config to `final_dir`, which appears whole or not at all."""
+    model = trainer.accelerator.unwrap_model(trainer.model)  # no DDP wrapper, no compiled module
+    model.config.use_cache = True  # Trainer turned the KV cache off for training; generation wants it
+    with atomic_output_dir(final_dir) as staging:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        (staging / RESOLVED_CONFIG_NAME).write_text(yaml.safe_dump(run.to_dict(), sort_keys=False))
+    return final_dir
+
+
+def describe_run(
+    run: RunConfig, model: nn.Module, args: TrainingArguments, train_blocks: int, val_blocks: int
+) -> str:
+    """The lines printed before training: model size, data, effective batch."""
+    h = run.hardware
+    params = sum(p.numel() for p in model.parameters())
+    batch = effective_batch_size(h, args.world_size)
+    precision = "bf16" if h.bf16 else "fp16" if h.fp16 else "fp32"
+    return "\n".join(
+        [
+            f"model: {params / 1e6:.2f}M parameters ({run.model.num_hidden_layers} layers, hidden "
+            f"{run.model.hidden_size}, vocab {model.config.vocab_size}, context {run.data.block_size})",
+            f"data: {train_blocks:,} training blocks, {val_blocks:,} validation blocks of {run.data.block_size} tokens",
+            f"effective batch: {h.per_device_train_batch_size} per device x {h.gradient_accumulation_steps} "
+            f"accumulation x {args.world_size} process(es) = {batch} sequences = "
+            f"{batch * run.data.block_size:,} tokens per step",
+            f"device: {args.device} | {precision} | attention {h.attn_implementation} | "
+            f"compile {'on' if h.torch_compile else 'off'} | {run.training.max_steps} steps -> {run.training.output_dir}",
+        ]
+    )
+
+
+def summary_record(result: TrainingResult) -> dict[str, Any]:
+    """The summary as JSON-ready values (written to <output_dir>/summary.json)."""
+    return {
+        "global_step": result.global_step,
+        "tokens_seen": result.tokens_seen,
+        "runtime_seconds": round(result.runtime_seconds, 2),
+        "stopped": result.stopped,
+        "final_dir": str(result.final_dir) if result.final_dir else None,
+        "best_eval_bpb": result.best_eval_bpb,
+        **result.final_metrics,
+    }
+
+
+def describe_result(result: TrainingResult) -> str:
+    minutes, seconds = divmod(int(result.runtime_seconds), 60)
+    parts = [
+        f"{'stopped' if result.stopped else 'done'}: {result.global_step} steps",
+        f"{result.tokens_seen / 1e6:.2f}M tokens",
+        f"{minutes}m{seconds:02d}s",
+    ]
+    if "eval_bpb" in result.final_metrics:
+        parts.append(
+            f"final val loss {result.final_metrics['eval_loss']:.4f}, bits/byte {result.final_metrics['eval_bpb']:.4f}"
+        )
+    if result.best_eval_bpb is not None:
+        parts.append(f"best bits/byte {result.best_eval_bpb:.4f}")
+    if result.final_dir is not None:
+        parts.append(f"model saved to {result.final_dir}")
+    return " | ".join(parts)
+
+
+__all__ = [
+    "MiniGPTTrainer",
+    "TrainingResult",
+    "build_model",
+    "build_trainer",
+    "build_training_arguments",
+    "run_training",
+    "save_final_model",
+]

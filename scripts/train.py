@@ -1,0 +1,62 @@
+"""Train a MiniGPT model from a run config.
+
+    python scripts/train.py [CONFIG] [--resume] [section.key=value ...]
+    accelerate launch scripts/train.py configs/shakespeare.yaml training.max_steps=500
+
+Without CONFIG it runs configs/shakespeare.yaml. Overrides are typed by the config schema.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from minigpt.config import load_run_config
+from minigpt.distributed import is_main_process, teardown_distributed
+from minigpt.errors import run_cli
+from minigpt.interrupt import StopController
+
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "shakespeare.yaml"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "items",
+        nargs="*",
+        metavar="[CONFIG] [section.key=value ...]",
+        help=f"run config YAML (default {DEFAULT_CONFIG.relative_to(DEFAULT_CONFIG.parents[1])}), then overrides",
+    )
+    parser.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
+    args = parser.parse_args(argv)
+    # A first item without "=" is the config, so `train.py training.max_steps=5` runs the default one.
+    has_config = bool(args.items) and "=" not in args.items[0]
+    args.config = Path(args.items[0]) if has_config else DEFAULT_CONFIG
+    args.overrides = args.items[1:] if has_config else args.items  # checked by load_run_config
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    run = load_run_config(args.config, args.overrides)  # exits 2 on any config problem, before anything heavy
+
+    from minigpt.training import run_training  # heavy imports only once the config is known good
+
+    controller = StopController()
+    result = run_training(run, stop_controller=controller, resume=args.resume)
+    del result  # drop the run's objects before tearing the process group down
+    teardown_distributed()
+    if controller.stop_requested:
+        if is_main_process():
+            command = ["python", "scripts/train.py", str(args.config), *args.overrides, "--resume"]
+            print(f"stopped ({controller.reason}); resume with: {shlex.join(command)}", file=sys.stderr)
+        return controller.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main)

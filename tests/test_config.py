@@ -1,0 +1,209 @@
+"""Run config: every shipped YAML loads, overrides are typed, every bad config is one clear line."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from minigpt.config import (
+    HardwareSettings,
+    RunConfig,
+    apply_override,
+    build_run_config,
+    effective_batch_size,
+    load_run_config,
+)
+from minigpt.configuration_minigpt import MiniGPTConfig
+from minigpt.errors import ConfigError, run_cli
+
+REPO = Path(__file__).resolve().parent.parent
+CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
+HARDWARE_PROFILES = sorted((REPO / "configs" / "hardware").glob("*.yaml"))
+SMOKE = REPO / "configs" / "smoke.yaml"
+TRAIN_SCRIPT = REPO / "scripts" / "train.py"
+
+
+def load_script_main(path: Path):
+    spec = importlib.util.spec_from_file_location(f"script_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+def test_the_three_required_configs_are_shipped():
+    names = {path.stem for path in CONFIGS}
+    assert {"shakespeare", "smoke", "gpu"} <= names
+    assert {"cpu", "gpu-bf16", "multi-gpu"} <= {path.stem for path in HARDWARE_PROFILES}
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_every_shipped_config_loads_and_round_trips(path):
+    run = load_run_config(path)
+    assert isinstance(run, RunConfig)
+    assert run.data.block_size <= run.model.max_position_embeddings
+    # The resolved config is a complete config: loading it again gives the same run.
+    again = build_run_config(yaml.safe_load(run.to_yaml()), config_dir=path.parent)
+    assert again == run
+
+
+@pytest.mark.parametrize("path", HARDWARE_PROFILES, ids=lambda p: p.name)
+def test_every_hardware_profile_is_a_valid_hardware_section(path):
+    raw = yaml.safe_load(path.read_text())
+    assert set(raw) == {f.name for f in dataclasses.fields(HardwareSettings)} - {"profile"}
+    run = build_run_config({"hardware": {"profile": path.stem}})
+    assert run.hardware.peak_flops == pytest.approx(float(raw["peak_flops"]))
+    assert run.hardware.bf16 == raw["bf16"]
+
+
+@pytest.mark.parametrize("path", [*CONFIGS, *HARDWARE_PROFILES], ids=lambda p: p.name)
+def test_every_key_in_shipped_yaml_has_a_comment(path):
+    uncommented = [
+        line
+        for line in path.read_text().splitlines()
+        if re.match(r"^\s*[A-Za-z_][\w-]*\s*:", line) and "#" not in line
+    ]
+    assert uncommented == []
+
+
+def test_model_section_mirrors_miniGPTConfig_fields():
+    run = load_run_config(SMOKE)
+    config = run.model_config(vocab_size=300, eos_token_id=0)
+    assert isinstance(config, MiniGPTConfig)
+    assert (config.hidden_size, config.num_hidden_layers, config.vocab_size) == (32, 2, 300)
+    own = set(MiniGPTConfig.__annotations__) - {"vocab_size", "bos_token_id", "eos_token_id", "pad_token_id"}
+    assert {f.name for f in dataclasses.fields(run.model)} == own - {"use_cache"}
+
+
+def test_overrides_are_typed_by_the_schema():
+    run = load_run_config(
+        SMOKE,
+        [
+            "training.max_steps=7",
+            "training.learning_rate=1e-3",  # YAML 1.1 reads this as a string; the schema says float
+            "tokenizer.path=007",  # a string field keeps the text as written
+            "training.sample_prompts=[a, b]",
+            "training.save_total_limit=null",
+            "hardware.bf16=true",
+            "model.intermediate_size=100",
+        ],
+    )
+    assert run.training.max_steps == 7
+    assert run.training.learning_rate == 1e-3 and isinstance(run.training.learning_rate, float)
+    assert run.tokenizer.path == "007"
+    assert run.training.sample_prompts == ["a", "b"]
+    assert run.training.save_total_limit is None
+    assert run.hardware.bf16 is True
+    assert run.model.intermediate_size == 100
+
+
+def test_hardware_profile_supplies_defaults_and_run_keys_win():
+    run = load_run_config(SMOKE)
+    profile = yaml.safe_load((REPO / "configs" / "hardware" / "cpu.yaml").read_text())
+    assert run.hardware.use_cpu is True and run.hardware.profile == "cpu"
+    assert run.hardware.per_device_train_batch_size == 8 != profile["per_device_train_batch_size"]
+    gpu = load_run_config(SMOKE, ["hardware.profile=gpu-bf16"])
+    assert gpu.hardware.bf16 is True and gpu.hardware.torch_compile is True
+    assert gpu.hardware.per_device_train_batch_size == 8  # still the run's own value
+
+
+def test_effective_batch_is_per_device_times_accumulation_times_processes():
+    hardware = HardwareSettings(per_device_train_batch_size=4, gradient_accumulation_steps=3)
+    assert effective_batch_size(hardware, num_processes=2) == 24
+
+
+BAD_OVERRIDES = [
+    # (override, dotted key the message must name, extra text it must contain)
+    ("training.max_step=10", "training.max_steps", "did you mean"),
+    ("trainig.max_steps=10", "training", "did you mean"),
+    ("model.hiden_size=64", "model.hidden_size", "did you mean"),
+    ("training.bf16=true", "hardware.bf16", "belongs in"),
+    ("training.max_steps=ten", "training.max_steps", "integer"),
+    ("training.max_steps=1.5", "training.max_steps", "integer"),
+    ("hardware.bf16=maybe", "hardware.bf16", "true/false"),
+    ("training.max_steps=0", "training.max_steps", "positive"),
+    ("training.learning_rate=-1", "training.learning_rate", "positive"),
+    ("data.block_size=65", "data.block_size", "max_position_embeddings"),
+    ("training.warmup_steps=30", "training.warmup_steps", "training.max_steps"),
+    ("model.hidden_size=33", "model.hidden_size", "divisible"),
+    ("model.vocab_size=512", "model.vocab_size", "tokenizer"),
+    ("tokenizer.vocab_size=100", "tokenizer.vocab_size", "too small"),
+    ("training.lr_scheduler_type=cosine_min_lr", "training.lr_scheduler_type", "cosine_with_min_lr"),
+    ("hardware.profile=gpu-bf", "hardware.profile", "gpu-bf16"),
+    ("hardware.fp16=true", "hardware.fp16", "GPU"),
+    ("training.min_learning_rate=1", "training.min_learning_rate", "learning_rate"),
+    ("training.max_steps", "section.key=value", ""),
+    ("training.optim=adamw", "training.optim", "adamw_torch"),
+]
+
+
+@pytest.mark.parametrize(("override", "key", "hint"), BAD_OVERRIDES, ids=[case[0] for case in BAD_OVERRIDES])
+def test_bad_config_exits_2_with_one_line_naming_the_key(override, key, hint, capsys):
+    main = load_script_main(TRAIN_SCRIPT)  # the CLI's own main, run as `run_cli` runs it
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(lambda: main([str(SMOKE), override]))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert key in err and hint in err, err
+
+
+def test_bad_yaml_files(tmp_path):
+    cases = {
+        "unknown section": (
+            "trainer:\n  max_steps: 3\n",
+            "unknown section 'trainer'; did you mean 'training'",
+        ),
+        "not a mapping": ("- a\n- b\n", "must hold a mapping"),
+        "invalid yaml": ("training: [unclosed\n", "not valid YAML"),
+        "section not a mapping": ("training: 3\n", "training must be a mapping"),
+        "profile with unknown key": (None, "unknown key hardware.bf17"),
+    }
+    (tmp_path / "hardware").mkdir()
+    (tmp_path / "hardware" / "odd.yaml").write_text("bf17: true\n")
+    cases["profile with unknown key"] = ("hardware:\n  profile: odd\n", cases["profile with unknown key"][1])
+    for name, (text, message) in cases.items():
+        path = tmp_path / f"{name.replace(' ', '_')}.yaml"
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            load_run_config(path)
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_run_config(tmp_path / "missing.yaml")
+
+
+def test_override_on_an_empty_section_and_a_missing_section():
+    raw: dict = {"training": None}
+    apply_override(raw, "training.max_steps=1200")
+    apply_override(raw, "hardware.per_device_train_batch_size=2")
+    run = build_run_config(raw)
+    assert run.training.max_steps == 1200 and run.hardware.per_device_train_batch_size == 2
+
+
+def test_cli_subprocess_bad_key_exits_2_before_anything_heavy(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, str(TRAIN_SCRIPT), str(SMOKE), f"training.output_dir={out}", "training.eval_step=3"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "error: unknown key training.eval_step; did you mean 'training.eval_steps'?"
+    assert "Traceback" not in proc.stderr
+    assert not out.exists()  # nothing was written
+
+
+def test_report_to_tensorboard_needs_the_package():
+    installed = any(importlib.util.find_spec(name) for name in ("tensorboard", "tensorboardX"))
+    if installed:
+        assert load_run_config(SMOKE, ["training.report_to=tensorboard"]).training.report_to == "tensorboard"
+    else:
+        with pytest.raises(ConfigError, match=r"training.report_to: tensorboard is not installed"):
+            load_run_config(SMOKE, ["training.report_to=tensorboard"])

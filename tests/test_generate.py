@@ -1,0 +1,104 @@
+"""scripts/generate.py: seeded sampling is reproducible across processes; settings precedence."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from conftest import PYTHON, REPO_ROOT, build_tiny_tokenizer
+from hub_fixtures import make_run
+from transformers import GenerationConfig
+
+from minigpt.errors import ConfigError
+from minigpt.evaluation import read_run_config
+from minigpt.generation import SamplingSettings, build_generation_config, generate_samples
+from minigpt.loading import load_model, load_tokenizer, resolve_model
+from minigpt.publishing import publish
+
+GENERATE = REPO_ROOT / "scripts" / "generate.py"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    return make_run(tmp_path_factory.mktemp("generate"), seed=0, tokenizer=build_tiny_tokenizer())
+
+
+def test_same_seed_gives_same_text_in_another_process(run, tmp_path, subprocess_env):
+    hub_dir = tmp_path / "hub"
+    publish(run, "org/gen", hub_dir, tag="v1")
+    args = [
+        "--prompt",
+        "ROMEO:",
+        "--seed",
+        "7",
+        "--num-samples",
+        "2",
+        "--temperature",
+        "1.0",
+        "--top-k",
+        "50",
+    ]
+    result = subprocess.run(
+        [PYTHON, str(GENERATE), "org/gen", "--hub-dir", str(hub_dir), "--revision", "v1", *args],
+        cwd=tmp_path,
+        env=subprocess_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "--- sample 1/2 (seed 7) ---" in result.stderr and "(seed 8)" in result.stderr
+
+    location = resolve_model(run)  # the run folder the repo was published from
+    model, tokenizer = load_model(location), load_tokenizer(location)
+    settings = SamplingSettings(temperature=1.0, top_k=50, seed=7, num_samples=2)
+    texts = generate_samples(
+        model, tokenizer, "ROMEO:", settings, read_run_config(location.local_dir), stream=False
+    )
+    assert result.stdout == texts[0] + "\n\n" + texts[1] + "\n"  # streamed text == generated text
+    assert texts[0] != texts[1]  # sample i uses seed + i
+
+
+def test_settings_come_from_cli_then_run_config_then_generation_config():
+    model_config = GenerationConfig(max_new_tokens=99, eos_token_id=0)
+    run_config = {"training": {"sample_max_new_tokens": 12, "sample_temperature": 0.8, "sample_top_k": 20}}
+
+    config = build_generation_config(model_config, SamplingSettings(), run_config)
+    assert (config.max_new_tokens, config.temperature, config.top_k, config.do_sample) == (12, 0.8, 20, True)
+    assert config.eos_token_id == 0
+
+    config = build_generation_config(model_config, SamplingSettings(temperature=1.3, top_p=0.9), run_config)
+    assert (config.temperature, config.top_k, config.top_p) == (1.3, 20, 0.9)
+
+    config = build_generation_config(model_config, SamplingSettings(temperature=0.0), run_config)
+    assert config.do_sample is False  # temperature 0 is greedy decoding
+
+    config = build_generation_config(model_config, SamplingSettings(), None)
+    assert config.max_new_tokens == 99 and config.do_sample is False
+
+
+def test_greedy_generation_ignores_the_seed(run):
+    location = resolve_model(run)
+    model, tokenizer = load_model(location), load_tokenizer(location)
+    greedy = [
+        generate_samples(
+            model, tokenizer, "To be", SamplingSettings(temperature=0, max_new_tokens=6, seed=s), stream=False
+        )
+        for s in (1, 2)
+    ]
+    assert greedy[0] == greedy[1]
+
+
+@pytest.mark.parametrize(
+    "settings, match",
+    [
+        (SamplingSettings(max_new_tokens=500), "exceeds the model's context of 64"),
+        (SamplingSettings(top_p=1.5), "--top-p"),
+        (SamplingSettings(temperature=-1), "--temperature"),
+        (SamplingSettings(num_samples=0), "--num-samples"),
+    ],
+)
+def test_bad_settings_are_user_errors(run, settings, match):
+    location = resolve_model(run)
+    with pytest.raises(ConfigError, match=match):
+        generate_samples(load_model(location), load_tokenizer(location), "x", settings, stream=False)

@@ -1,0 +1,315 @@
+"""Training end to end: the real CLI (plain and under `accelerate launch`), the Python API,
+gradient accumulation, weight-decay groups and the derived metrics. About 40 s on 2 cores."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from datasets import Dataset
+
+from minigpt.callbacks import MetricsFileCallback, format_log_line
+from minigpt.config import load_run_config
+from minigpt.interrupt import StopController
+from minigpt.throughput import ThroughputMeter, flops_per_token, matmul_parameter_count
+from minigpt.training import (
+    TrainerCallback,
+    build_model,
+    build_trainer,
+    build_training_arguments,
+    run_training,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+SMOKE = REPO / "configs" / "smoke.yaml"
+TRAIN_SCRIPT = REPO / "scripts" / "train.py"
+QUIET = ["tokenizer.show_progress=false", "data.show_progress=false"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory) -> Path:
+    """One smoke tokenizer for the whole module (the first run trains it, the others reuse it)."""
+    return tmp_path_factory.mktemp("smoke_tokenizer") / "tokenizer"
+
+
+def smoke_run(tmp_path: Path, tokenizer_dir: Path, *overrides: str):
+    return load_run_config(
+        SMOKE,
+        [f"training.output_dir={tmp_path / 'run'}", f"tokenizer.path={tokenizer_dir}", *QUIET, *overrides],
+    )
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def assert_complete_run(output_dir: Path, max_steps: int) -> list[dict]:
+    """Every output of a finished run exists and says what it should; returns metrics.jsonl records."""
+    for name in ("metrics.jsonl", "samples.txt", "loss.png", "resolved_config.yaml", "summary.json"):
+        assert (output_dir / name).is_file(), name
+    assert (output_dir / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    resolved = yaml.safe_load((output_dir / "resolved_config.yaml").read_text())
+    assert resolved["training"]["max_steps"] == max_steps
+    checkpoints = sorted(output_dir.glob("checkpoint-*"))
+    assert checkpoints and all((c / "resolved_config.yaml").is_file() for c in checkpoints)
+
+    records = read_jsonl(output_dir / "metrics.jsonl")
+    train = [r for r in records if "loss" in r]
+    evals = [r for r in records if "eval_loss" in r]
+    for record in train[1:]:
+        assert {
+            "step",
+            "loss",
+            "learning_rate",
+            "grad_norm",
+            "tokens_per_second",
+            "mfu",
+            "tokens_seen",
+        } <= set(record)
+        assert record["tokens_per_second"] > 0 and 0 < record["mfu"] < 1
+    assert train[-1]["step"] == max_steps
+    assert train[-1]["loss"] < train[0]["loss"] - 0.3, "the training loss did not fall"
+    assert evals[-1]["step"] == max_steps
+    assert evals[-1]["eval_bpb"] < evals[0]["eval_bpb"] or len(evals) == 1
+    assert math.isclose(evals[-1]["eval_perplexity"], math.exp(evals[-1]["eval_loss"]), rel_tol=1e-6)
+
+    summary = json.loads((output_dir / "summary.json").read_text())
+    assert summary["global_step"] == max_steps and summary["eval_bpb"] == evals[-1]["eval_bpb"]
+    assert "--- step" in (output_dir / "samples.txt").read_text()
+    return records
+
+
+def assert_final_model_loads_and_generates(final_dir: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(final_dir, trust_remote_code=True)
+    tokenizer = AutoTokenizer.from_pretrained(final_dir, trust_remote_code=True)
+    inputs = tokenizer("ROMEO:", return_tensors="pt")
+    output = model.generate(**inputs, max_new_tokens=8, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    assert output.shape == (1, inputs["input_ids"].shape[1] + 8)
+    assert tokenizer.decode(output[0]).startswith("ROMEO:")
+    assert model.config.use_cache is True
+
+
+def child_env(tmp_path: Path) -> dict[str, str]:
+    return dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        HF_HOME=str(tmp_path / "hf_home"),
+    )
+
+
+def test_smoke_run_through_the_cli(tmp_path, tokenizer_dir):
+    output_dir = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, str(TRAIN_SCRIPT), str(SMOKE), f"training.output_dir={output_dir}"]
+        + [f"tokenizer.path={tokenizer_dir}", *QUIET],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=child_env(tmp_path),
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "effective batch: 8 per device x 1 accumulation x 1 process(es) = 8 sequences" in proc.stdout
+    assert "done: 30 steps" in proc.stdout and "bits/byte" in proc.stdout
+    assert_complete_run(output_dir, max_steps=30)
+    assert_final_model_loads_and_generates(output_dir / "final")
+
+
+def test_smoke_run_under_accelerate_launch(tmp_path, tokenizer_dir):
+    output_dir = tmp_path / "run"
+    launch = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--num_processes",
+        "1",
+        "--num_machines",
+        "1",
+    ]
+    launch += ["--mixed_precision", "no", "--dynamo_backend", "no"]
+    proc = subprocess.run(
+        [*launch, str(TRAIN_SCRIPT), str(SMOKE), f"training.output_dir={output_dir}"]
+        + [f"tokenizer.path={tokenizer_dir}", "training.max_steps=20", "training.eval_steps=10", *QUIET],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=child_env(tmp_path),
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_complete_run(output_dir, max_steps=20)
+    assert_final_model_loads_and_generates(output_dir / "final")
+
+
+def train_losses(tmp_path: Path, tokenizer_dir: Path, *overrides: str) -> list[float]:
+    run = smoke_run(
+        tmp_path,
+        tokenizer_dir,
+        "training.max_steps=6",
+        "training.warmup_steps=2",
+        "training.logging_steps=1",
+        "training.eval_steps=100",
+        "training.save_steps=100",
+        "training.sample_steps=0",
+        *overrides,
+    )
+    result = run_training(run)
+    return [r["loss"] for r in result.log_history if "loss" in r]
+
+
+def test_accumulation_2_x_batch_4_equals_batch_8(tmp_path, tokenizer_dir, monkeypatch):
+    monkeypatch.chdir(REPO)  # the smoke config names data/tinyshakespeare.txt relative to the repo
+    batch_8 = train_losses(tmp_path / "b8", tokenizer_dir, "hardware.per_device_train_batch_size=8")
+    accumulated = train_losses(
+        tmp_path / "b4x2",
+        tokenizer_dir,
+        "hardware.per_device_train_batch_size=4",
+        "hardware.gradient_accumulation_steps=2",
+    )
+    assert len(batch_8) == len(accumulated) == 6
+    for step, (a, b) in enumerate(zip(batch_8, accumulated, strict=True), start=1):
+        assert a == pytest.approx(b, rel=1e-5), f"step {step}: {a} vs {b}"
+    assert batch_8[-1] < batch_8[0]  # the steps did update the model
+
+
+def tiny_trainer(tmp_path, tokenizer_dir, *overrides):
+    from minigpt.tokenization import load_or_train_tokenizer
+
+    run = smoke_run(tmp_path, tokenizer_dir, *overrides)
+    tokenizer = load_or_train_tokenizer(run.tokenizer, run.data)
+    blocks = Dataset.from_dict({"input_ids": [[1] * 32] * 4, "labels": [[1] * 32] * 4})
+    model = build_model(run, tokenizer)
+    return build_trainer(run, build_training_arguments(run), model, tokenizer, blocks, blocks)
+
+
+def decayed_parameter_names(trainer) -> set[str]:
+    optimizer = trainer.create_optimizer()
+    names = {id(p): n for n, p in trainer.model.named_parameters()}
+    decayed = {names[id(p)] for g in optimizer.param_groups if g["weight_decay"] > 0 for p in g["params"]}
+    undecayed = {names[id(p)] for g in optimizer.param_groups if g["weight_decay"] == 0 for p in g["params"]}
+    assert decayed.isdisjoint(undecayed) and decayed | undecayed == set(names.values())
+    return decayed
+
+
+MATRICES = {
+    f"transformer.h.{i}.{m}.weight"
+    for i in range(2)
+    for m in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
+}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ((), MATRICES),  # tied head: embeddings (and so the head) are not decayed
+        (
+            ("training.decay_embeddings=true",),
+            MATRICES | {"transformer.wte.weight", "transformer.wpe.weight"},
+        ),
+        (("model.tie_word_embeddings=false",), MATRICES | {"lm_head.weight"}),  # an untied head is a matrix
+        (("model.bias=false",), MATRICES),
+    ],
+    ids=["default", "decay_embeddings", "untied_head", "no_bias"],
+)
+def test_weight_decay_lands_on_exactly_the_weight_matrices(
+    tmp_path, tokenizer_dir, monkeypatch, overrides, expected
+):
+    monkeypatch.chdir(REPO)
+    trainer = tiny_trainer(tmp_path, tokenizer_dir, *overrides)
+    assert decayed_parameter_names(trainer) == expected
+    assert all(g["weight_decay"] in (0.0, 0.1) for g in trainer.optimizer.param_groups)
+
+
+def test_stop_from_another_thread_saves_a_checkpoint_and_returns(tmp_path, tokenizer_dir, monkeypatch):
+    monkeypatch.chdir(REPO)
+    controller = StopController()
+
+    class StopFromAThread(TrainerCallback):
+        """Stands in for a UI: another thread asks the run to stop after step 4."""
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == 4:
+                thread = threading.Thread(target=controller.request_stop, args=("stop button",))
+                thread.start()
+                thread.join()
+
+    seen_logs: list[dict] = []
+
+    class Recorder(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            seen_logs.append(dict(logs))
+
+    run = smoke_run(tmp_path, tokenizer_dir, "training.logging_steps=2")
+    result = run_training(run, callbacks=[StopFromAThread(), Recorder()], stop_controller=controller)
+    assert result.stopped and result.global_step == 4 and result.final_dir is None
+    assert (tmp_path / "run" / "checkpoint-4" / "model.safetensors").is_file()
+    assert not (tmp_path / "run" / "final").exists()
+    assert [r["step"] for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if "loss" in r] == [1, 2, 4]
+    assert any("tokens_per_second" in logs for logs in seen_logs)  # callbacks see the enriched records
+
+
+def test_flops_per_token_counts_matmuls_and_attention(tmp_path, tokenizer_dir, monkeypatch):
+    monkeypatch.chdir(REPO)
+    trainer = tiny_trainer(tmp_path, tokenizer_dir)
+    model, config = trainer.model, trainer.model.config
+    C, L, V, T = config.hidden_size, config.num_hidden_layers, config.vocab_size, 32
+    per_layer = (
+        (3 * C * C + 3 * C) + (C * C + C) + (4 * C * C + 4 * C) + (4 * C * C + C) + 4 * C
+    )  # attn, mlp, 2 ln
+    n = L * per_layer + 2 * C + V * C  # blocks, final ln, head
+    assert matmul_parameter_count(model, config) == n
+    assert flops_per_token(model, config, T) == 6 * n + 12 * L * C * T
+
+
+def test_throughput_meter_and_log_line():
+    meter = ThroughputMeter(tokens_per_step=1000, flops_per_token=1e6, peak_flops=1e10, num_devices=2)
+    meter._window_seconds, meter._window_steps = 2.0, 4  # 4 steps of 1000 tokens in 2 s
+    window = meter.take_window()
+    assert window == pytest.approx({"tokens_per_second": 2000.0, "mfu": 2000 * 1e6 / 2e10})
+    assert meter.take_window() == {}
+    line = format_log_line(
+        {"loss": 2.5, "learning_rate": 1e-3, "grad_norm": 0.5, **window, "tokens_seen": 4000}, 4, 10
+    )
+    assert (
+        line
+        == "step 4/10 | loss 2.5000 | lr 1.00e-03 | grad norm 0.500 | 2,000 tok/s | MFU 10.0% | 4.0k tokens"
+    )
+    eval_line = format_log_line({"eval_loss": 1.0, "eval_perplexity": math.e, "eval_bpb": 2.0}, 10, 10)
+    assert eval_line == "eval step 10 | val loss 1.0000 | ppl 2.72 | bits/byte 2.0000"
+
+
+def test_metrics_file_drops_records_of_steps_a_resume_will_redo(tmp_path):
+    from transformers import TrainerControl, TrainerState
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in range(1, 11)))
+    state = TrainerState(global_step=6)
+    state.is_world_process_zero = True
+    MetricsFileCallback(path).on_train_begin(None, state, TrainerControl())
+    assert [r["step"] for r in read_jsonl(path)] == [1, 2, 3, 4, 5, 6]
+
+
+def test_samples_do_not_touch_the_training_rng(tmp_path, tokenizer_dir, monkeypatch):
+    from minigpt.callbacks import generate_samples
+
+    monkeypatch.chdir(REPO)
+    trainer = tiny_trainer(tmp_path, tokenizer_dir)
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    trainer.model.train()
+    texts = generate_samples(trainer.model, trainer.processing_class, ["ROMEO:", ""], 8, 1.0, 5, seed=0)
+    assert torch.equal(torch.rand(3), expected)
+    assert trainer.model.training and len(texts) == 2 and texts[0].startswith("ROMEO:")
