@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase, TrainerCallback, TrainerState, TrainingArguments
 from transformers.trainer_callback import ProgressCallback
 
+from minigpt.atomic import atomic_write_file
 from minigpt.throughput import ThroughputMeter
 
 
@@ -94,7 +95,8 @@ class MetricsFileCallback(TrainerCallback):
             kept = [
                 line for line in self.path.read_text().splitlines() if _step_of(line) <= state.global_step
             ]
-            self.path.write_text("".join(line + "\n" for line in kept))
+            with atomic_write_file(self.path, encoding="utf-8") as handle:  # a kill here keeps the old file
+                handle.write("".join(line + "\n" for line in kept))
 
     def on_log(self, args, state, control, logs=None, **kwargs) -> None:
         if not state.is_world_process_zero or logs is None:
@@ -154,7 +156,8 @@ class SampleTextCallback(TrainerCallback):
             self.sample(args, state, model)
 
     def on_train_end(self, args, state, control, model=None, **kwargs) -> None:
-        if self.last_sampled_step != state.global_step:
+        # At the end of the run; not after a stop request, which should exit promptly.
+        if state.global_step >= state.max_steps and self.last_sampled_step != state.global_step:
             self.sample(args, state, model)
 
     def sample(self, args: TrainingArguments, state: TrainerState, model: torch.nn.Module) -> list[str]:

@@ -395,6 +395,8 @@ def check_cross_fields(run: RunConfig) -> None:
     from transformers.training_args import OptimizerNames  # late: only once the cheap checks passed
 
     _require_choice(run.training.optim, [name.value for name in OptimizerNames], "training.optim")
+    if run.hardware.use_cpu and run.hardware.attn_implementation.startswith("flash_attention"):
+        raise ConfigError(f"hardware.attn_implementation {run.hardware.attn_implementation} needs a CUDA GPU")
     if run.hardware.fp16 and run.hardware.use_cpu:
         raise ConfigError("hardware.fp16 needs a GPU; on the CPU use hardware.bf16 or full precision")
 

@@ -182,6 +182,7 @@ def prepare_corpus(
     from .atomic import atomic_output_dir
     from .compatibility import check_block_size
     from .data_sources import content_fingerprint, detect_format, source_files
+    from .distributed import is_main_process
     from .tokenization import tokenizer_fingerprint
 
     settings.validate()
@@ -195,7 +196,8 @@ def prepare_corpus(
     tokenizer_id = tokenizer_fingerprint(tokenizer)
     target = Path(settings.cache_dir) / "blocks" / cache_key(settings, tokenizer_id, inputs_id, fmt)
     if (target / META_FILE).is_file():
-        print(f"reusing prepared blocks in {target}")
+        if is_main_process():  # under `accelerate launch` the other processes load silently
+            print(f"reusing prepared blocks in {target}")
         return load_prepared(target)
     print(f"preparing blocks in {target}")
     with _progress_bars(settings.show_progress), atomic_output_dir(target) as staging:

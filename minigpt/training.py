@@ -42,8 +42,9 @@ from minigpt.callbacks import (
 )
 from minigpt.checkpointing import RESOLVED_CONFIG_NAME, AtomicCheckpointTrainer, resolve_resume_checkpoint
 from minigpt.compatibility import check_compatible
-from minigpt.config import RunConfig, effective_batch_size
+from minigpt.config import HardwareSettings, RunConfig, TrainingSettings, effective_batch_size
 from minigpt.data import prepare_corpus
+from minigpt.errors import ConfigError
 from minigpt.interrupt import StopController
 from minigpt.plotting import plot_loss_curves
 from minigpt.throughput import ThroughputMeter, flops_per_token
@@ -123,6 +124,17 @@ def build_training_arguments(run: RunConfig) -> TrainingArguments:
     """TrainingArguments from the `training` and `hardware` sections (same key names)."""
     t, h = run.training, run.hardware
     optional = {"tf32": h.tf32} if h.tf32 is not None else {}
+    try:
+        return _training_arguments(t, h, optional)
+    except ValueError as err:  # what only the machine can tell, e.g. bf16 without a GPU
+        raise ConfigError(
+            f"hardware settings do not fit this machine: {err} (without a GPU use hardware.profile=cpu)"
+        ) from None
+
+
+def _training_arguments(
+    t: TrainingSettings, h: HardwareSettings, optional: dict[str, Any]
+) -> TrainingArguments:
     return TrainingArguments(
         output_dir=t.output_dir,
         max_steps=t.max_steps,
@@ -160,6 +172,9 @@ def build_training_arguments(run: RunConfig) -> TrainingArguments:
         gradient_accumulation_steps=h.gradient_accumulation_steps,
         per_device_eval_batch_size=h.per_device_eval_batch_size,
         dataloader_num_workers=h.dataloader_num_workers,
+        # Every parameter gets a gradient each step; searching for unused ones costs DDP an extra
+        # pass over the graph per step and a warning.
+        ddp_find_unused_parameters=False,
         **optional,
     )
 

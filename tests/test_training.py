@@ -18,6 +18,7 @@ from datasets import Dataset
 
 from minigpt.callbacks import MetricsFileCallback, format_log_line
 from minigpt.config import load_run_config
+from minigpt.errors import ConfigError
 from minigpt.interrupt import StopController
 from minigpt.throughput import ThroughputMeter, flops_per_token, matmul_parameter_count
 from minigpt.training import (
@@ -313,3 +314,15 @@ def test_samples_do_not_touch_the_training_rng(tmp_path, tokenizer_dir, monkeypa
     texts = generate_samples(trainer.model, trainer.processing_class, ["ROMEO:", ""], 8, 1.0, 5, seed=0)
     assert torch.equal(torch.rand(3), expected)
     assert trainer.model.training and len(texts) == 2 and texts[0].startswith("ROMEO:")
+
+
+def test_gpu_config_says_clearly_when_the_machine_has_no_gpu():
+    run = load_run_config(REPO / "configs" / "gpu.yaml")
+    if torch.cuda.is_available():
+        args = build_training_arguments(run)
+        assert args.bf16 and args.torch_compile
+    else:
+        with pytest.raises(
+            ConfigError, match=r"hardware settings do not fit this machine: .*hardware.profile=cpu"
+        ):
+            build_training_arguments(run)
