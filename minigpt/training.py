@@ -317,9 +317,12 @@ def run_training(
         }
 
     final_dir = None
+    if not stopped:
+        # Under FSDP / ZeRO-3 this gathers the shards, a collective: every process takes part.
+        state_dict = trainer.accelerator.get_state_dict(trainer.model)
+        if main:
+            final_dir = save_final_model(trainer, tokenizer, run, output_dir / FINAL_DIR, state_dict)
     if main:
-        if not stopped:
-            final_dir = save_final_model(trainer, tokenizer, run, output_dir / FINAL_DIR)
         title = f"MiniGPT: {output_dir.name}"
         if "eval_bpb" in final_metrics:
             title += f" (validation: {final_metrics['eval_bpb']:.3f} bits/byte)"
@@ -344,13 +347,20 @@ def run_training(
 
 
 def save_final_model(
-    trainer: MiniGPTTrainer, tokenizer: PreTrainedTokenizerBase, run: RunConfig, final_dir: Path
+    trainer: MiniGPTTrainer,
+    tokenizer: PreTrainedTokenizerBase,
+    run: RunConfig,
+    final_dir: Path,
+    state_dict: dict[str, torch.Tensor] | None = None,
 ) -> Path:
-    """Model, tokenizer and resolved config to `final_dir`, which appears whole or not at all."""
+    """Model, tokenizer and resolved config to `final_dir`, which appears whole or not at all.
+
+    `state_dict` is the full (gathered) one when the model is sharded; None saves the model's own.
+    """
     model = trainer.accelerator.unwrap_model(trainer.model)  # no DDP wrapper, no compiled module
     model.config.use_cache = True  # Trainer turned the KV cache off for training; generation wants it
     with atomic_output_dir(final_dir) as staging:
-        model.save_pretrained(staging)
+        model.save_pretrained(staging, state_dict=state_dict)
         tokenizer.save_pretrained(staging)
         (staging / RESOLVED_CONFIG_NAME).write_text(yaml.safe_dump(run.to_dict(), sort_keys=False))
     return final_dir
