@@ -426,6 +426,12 @@ def _split_random(loaded: _Loaded, settings: DataSettings) -> tuple[RawSplit, Ra
     return splits[0], splits[1]
 
 
+def _whole_split(name: str, loaded: _Loaded) -> RawSplit:
+    """All of `loaded` as one split (separate train and validation files)."""
+    doc_ends = _doc_ends_within(loaded.file_rows, 0, loaded.rows)
+    return RawSplit(name, loaded.dataset, loaded.rows, loaded.bytes, doc_ends)
+
+
 def source_files(settings: DataSettings) -> tuple[list[Path], list[Path]]:
     """(train files, validation files) named by the settings, resolved and checked to exist."""
     train = resolve_files(settings.train_files, "train")
@@ -442,20 +448,7 @@ def load_raw_corpus(settings: DataSettings) -> RawCorpus:
     if validation_paths:
         val_fmt = detect_format(validation_paths, settings.format)
         other = _load(validation_paths, val_fmt, settings, "validation")
-        train = RawSplit(
-            "train",
-            loaded.dataset,
-            loaded.rows,
-            loaded.bytes,
-            _doc_ends_within(loaded.file_rows, 0, loaded.rows),
-        )
-        validation = RawSplit(
-            "validation",
-            other.dataset,
-            other.rows,
-            other.bytes,
-            _doc_ends_within(other.file_rows, 0, other.rows),
-        )
+        train, validation = _whole_split("train", loaded), _whole_split("validation", other)
     elif settings.validation_split == "tail":
         train, validation = _split_tail(loaded, settings.validation_fraction)
     else:

@@ -12,16 +12,15 @@ the same MODEL argument:
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import hub
+from .checkpointing import checkpoint_step, list_checkpoints
 from .errors import MiniGPTUserError
 
 FINAL_MODEL_DIRNAME = "final"  # where training saves the finished model inside a run folder
-CHECKPOINT_PATTERN = re.compile(r"checkpoint-(\d+)")
 
 
 class ModelNotFoundError(MiniGPTUserError):
@@ -51,17 +50,12 @@ class ModelLocation:
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
     """The highest-numbered `checkpoint-N` folder holding a config.json, if any."""
-    found = [
-        (int(m.group(1)), p)
-        for p in run_dir.iterdir()
-        if (m := CHECKPOINT_PATTERN.fullmatch(p.name)) and (p / "config.json").is_file()
-    ]
-    return max(found)[1] if found else None
+    return next((p for p in list_checkpoints(run_dir) if (p / "config.json").is_file()), None)
 
 
 def _run_dir_of(model_dir: Path) -> Path | None:
     """The run folder around `final/` or `checkpoint-N/`, else None."""
-    if model_dir.name == FINAL_MODEL_DIRNAME or CHECKPOINT_PATTERN.fullmatch(model_dir.name):
+    if model_dir.name == FINAL_MODEL_DIRNAME or checkpoint_step(model_dir) is not None:
         return model_dir.parent
     return None
 
