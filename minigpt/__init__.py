@@ -1,20 +1,74 @@
 """MiniGPT: train small GPT language models from scratch, the Hugging Face way.
 
-Importing the package registers MiniGPT with transformers' Auto classes, and marks the config
-and model for `register_for_auto_class`, so `save_pretrained` writes `auto_map` and the model's
-source files: a saved folder then loads with plain transformers and `trust_remote_code=True`.
+The package is laid out by pipeline stage, each importing only the stages below it:
+
+    errors, atomic, distributed   leaf helpers every stage may use
+    model/       MiniGPTConfig, MiniGPTForCausalLM (the remote-code pair)
+    data/        settings -> sources -> tokenizer -> packing -> corpus -> compatibility
+    training/    settings -> run_config -> callbacks, checkpoints -> trainer (run_training)
+    hub/         store -> loading -> model_card, publishing
+    generation, evaluation   using a trained model
+
+The names below are imported on first use, so `import minigpt` is cheap and loading a run config
+never imports torch; importing the model (`minigpt.MiniGPTForCausalLM`, `minigpt.model`)
+registers MiniGPT with transformers' Auto classes.
 """
 
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+from __future__ import annotations
 
-from .configuration_minigpt import MiniGPTConfig
-from .modeling_minigpt import MiniGPTForCausalLM, MiniGPTModel, MiniGPTPreTrainedModel
+import importlib
+from typing import Any
 
-AutoConfig.register(MiniGPTConfig.model_type, MiniGPTConfig, exist_ok=True)
-AutoModel.register(MiniGPTConfig, MiniGPTModel, exist_ok=True)
-AutoModelForCausalLM.register(MiniGPTConfig, MiniGPTForCausalLM, exist_ok=True)
-MiniGPTConfig.register_for_auto_class()
-MiniGPTModel.register_for_auto_class("AutoModel")
-MiniGPTForCausalLM.register_for_auto_class("AutoModelForCausalLM")
+# public name -> module that defines it
+_LAZY_EXPORTS = {
+    "MiniGPTConfig": "minigpt.model",
+    "MiniGPTForCausalLM": "minigpt.model",
+    "MiniGPTModel": "minigpt.model",
+    "MiniGPTPreTrainedModel": "minigpt.model",
+    "RunConfig": "minigpt.training.settings",
+    "load_run_config": "minigpt.training.run_config",
+    "StopController": "minigpt.training.interrupt",
+    "run_training": "minigpt.training.trainer",
+    "TrainingResult": "minigpt.training.trainer",
+    "prepare_corpus": "minigpt.data.corpus",
+    "load_or_train_tokenizer": "minigpt.data.tokenizer",
+    "publish": "minigpt.hub.publishing",
+    "resolve_model": "minigpt.hub.loading",
+    "load_model": "minigpt.hub.loading",
+    "load_tokenizer": "minigpt.hub.loading",
+    "generate_samples": "minigpt.generation",
+    "evaluate_model": "minigpt.evaluation",
+}
 
-__all__ = ["MiniGPTConfig", "MiniGPTForCausalLM", "MiniGPTModel", "MiniGPTPreTrainedModel"]
+def __getattr__(name: str) -> Any:
+    module = _LAZY_EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'minigpt' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY_EXPORTS])
+
+
+__all__ = [
+    "MiniGPTConfig",
+    "MiniGPTForCausalLM",
+    "MiniGPTModel",
+    "MiniGPTPreTrainedModel",
+    "RunConfig",
+    "StopController",
+    "TrainingResult",
+    "evaluate_model",
+    "generate_samples",
+    "load_model",
+    "load_or_train_tokenizer",
+    "load_run_config",
+    "load_tokenizer",
+    "prepare_corpus",
+    "publish",
+    "resolve_model",
+    "run_training",
+]

@@ -2,29 +2,37 @@
 
 Accelerate and Trainer own the process group; this module only answers "should this process
 print or write?" before Trainer exists, and tears the group down at exit, which gloo needs: without
-it about one run in four aborted at exit with SIGABRT (see shared/hf5-notes.md).
+it about one run in four aborted at exit with SIGABRT.
 """
 
 from __future__ import annotations
 
 import gc
 import os
+import sys
+from types import ModuleType
 
-import torch.distributed as dist
+
+def _process_group() -> ModuleType | None:
+    """`torch.distributed` when a process group is up, else None.
+
+    Never imports torch: before torch is imported no process group can exist, and config
+    checking and `--help` (which use `is_main_process`) must stay free of torch's import time.
+    """
+    dist = sys.modules.get("torch.distributed")
+    return dist if dist is not None and dist.is_available() and dist.is_initialized() else None
 
 
 def process_index() -> int:
     """Global rank of this process: from the process group, else the launcher's RANK, else 0."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank()
-    return int(os.environ.get("RANK", "0"))
+    dist = _process_group()
+    return dist.get_rank() if dist is not None else int(os.environ.get("RANK", "0"))
 
 
 def world_size() -> int:
     """Number of training processes (1 without a launcher)."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_world_size()
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    dist = _process_group()
+    return dist.get_world_size() if dist is not None else int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def is_main_process() -> bool:
@@ -40,5 +48,6 @@ def teardown_distributed() -> None:
     barrier plus destroy while the Trainer was alive deadlocked one rank in 1 of 5 runs.
     """
     gc.collect()
-    if dist.is_available() and dist.is_initialized():
+    dist = _process_group()
+    if dist is not None:
         dist.destroy_process_group()

@@ -1,7 +1,7 @@
 """Loss, perplexity and bits per byte of a model over a whole text, as training measures them.
 
-The text is read and tokenized exactly as training's data pipeline does (`minigpt.data_sources`
-rows, `minigpt.packing.tokenize_batch`: EOS after each document), then cut into windows:
+The text is read and tokenized exactly as training's data pipeline does (`minigpt.data.sources`
+rows, `minigpt.data.packing.tokenize_batch`: EOS after each document), then cut into windows:
 
 - non-overlapping (stride == window, the default): windows of `window` tokens from the start of
   the token stream, i.e. training's packed blocks, plus one last shorter window for the tail that
@@ -31,10 +31,15 @@ import torch
 import yaml
 from tqdm.auto import tqdm
 
+from .data.packing import data_tokenizer, tokenize_batch
+from .data.settings import DataSettings
+from .data.sources import arrow_batches, load_raw_corpus, resolve_files
 from .errors import ConfigError, DataError
+from .hub.loading import load_model, load_tokenizer
+from .training.checkpoints import RESOLVED_CONFIG_NAME
+from .training.run_config import build_section
 
 METRIC_PATH = Path(__file__).resolve().parent / "metrics" / "bits_per_byte"
-RESOLVED_CONFIG_NAME = "resolved_config.yaml"  # as minigpt.checkpointing writes it beside the model
 
 
 @dataclass(frozen=True)
@@ -119,9 +124,6 @@ def _batches(windows: list[Window], batch_size: int) -> Iterator[list[Window]]:
 
 def token_stream(split, tokenizer) -> np.ndarray:
     """The split's token ids in order, tokenized as training tokenizes (EOS after each document)."""
-    from .data_sources import arrow_batches
-    from .packing import data_tokenizer, tokenize_batch
-
     if tokenizer.eos_token_id is None:
         raise ConfigError("the tokenizer has no eos_token; documents cannot be separated")
     backend = data_tokenizer(tokenizer)
@@ -145,9 +147,6 @@ def read_run_config(model_dir: Path) -> dict[str, Any]:
 
 def data_settings_from(run_config: dict[str, Any], **changes: Any):
     """The run's `data:` settings (or the defaults) with `changes`; quiet and never cached in cwd."""
-    from .config import build_section
-    from .data import DataSettings
-
     settings = build_section("data", DataSettings, run_config.get("data") or {})
     return dataclasses.replace(settings, **changes)
 
@@ -156,8 +155,6 @@ def load_split(
     data: str | os.PathLike | None, split: str | None, run_config: dict[str, Any], cache_dir: str | None
 ):
     """A `RawSplit` to evaluate: the files in `data` (one split, whole), or the run's own `split`."""
-    from .data_sources import load_raw_corpus
-
     overrides: dict[str, Any] = {"show_progress": False, "streaming": False}
     if cache_dir is not None:
         overrides["cache_dir"] = cache_dir
@@ -230,15 +227,12 @@ def evaluate_model(
     cache_dir: str | None = None,
     show_progress: bool = True,
 ) -> EvaluationResult:
-    """Evaluate the model at `location` (minigpt.loading) on `data` files or its run's `split`.
+    """Evaluate the model at `location` (minigpt.hub.loading) on `data` files or its run's `split`.
 
     Defaults come from the resolved training config beside the model: window = data.block_size,
     batch size = hardware.per_device_eval_batch_size; without one, the model's context and 8.
     """
     from accelerate import PartialState
-
-    from .data_sources import resolve_files
-    from .loading import load_model, load_tokenizer
 
     if data is not None:
         resolve_files([str(data)], "evaluation")  # a missing or empty path fails before the model loads

@@ -73,9 +73,10 @@ def worker_raw(corpus: str, tokenizer_dir: str) -> dict:
 
 
 def worker_prepare(corpus: str, tokenizer_dir: str, cache_dir: str, num_proc: str, block_size: str) -> dict:
-    import minigpt.data_sources  # noqa: F401  (imports datasets: timed runs start after imports)
-    from minigpt.data import DataSettings, prepare_corpus
-    from minigpt.tokenization import load_tokenizer
+    import minigpt.data.sources  # noqa: F401  (imports datasets: timed runs start after imports)
+    from minigpt.data.corpus import prepare_corpus
+    from minigpt.data.settings import DataSettings
+    from minigpt.data.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(tokenizer_dir)
     settings = DataSettings(
@@ -150,8 +151,8 @@ def make_corpus(path: Path, size_mb: float) -> int:
 
 
 def train_benchmark_tokenizer(workdir: Path, vocab_size: int) -> Path:
-    from minigpt.data import DataSettings
-    from minigpt.tokenization import TokenizerSettings, load_or_train_tokenizer
+    from minigpt.data.settings import DataSettings, TokenizerSettings
+    from minigpt.data.tokenizer import load_or_train_tokenizer
 
     settings = TokenizerSettings(path=str(workdir / "tokenizer"), vocab_size=vocab_size, show_progress=False)
     data = DataSettings(

@@ -23,7 +23,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 from minigpt.errors import run_cli  # noqa: E402
 from minigpt.evaluation import evaluate_model  # noqa: E402
-from minigpt.loading import resolve_model  # noqa: E402
+from minigpt.hub.loading import resolve_model  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:

@@ -17,7 +17,7 @@ from pathlib import Path
 from minigpt.errors import DataError, run_cli
 from minigpt.evaluation import read_run_config
 from minigpt.generation import SamplingSettings, generate_samples
-from minigpt.loading import load_model, load_tokenizer, resolve_model
+from minigpt.hub.loading import load_model, load_tokenizer, resolve_model
 
 
 def parse_args() -> argparse.Namespace:

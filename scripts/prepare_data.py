@@ -16,7 +16,7 @@ from minigpt.errors import run_cli
 
 
 def main(argv: list[str] | None = None) -> int:
-    from minigpt.data_cli import add_common_arguments, load_settings
+    from minigpt.training.data_cli import add_common_arguments, load_settings
 
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -30,9 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     run = load_settings(args, parser)
 
-    from minigpt.compatibility import check_compatible
-    from minigpt.data import prepare_corpus
-    from minigpt.tokenization import load_or_train_tokenizer
+    from minigpt.data.compatibility import check_compatible
+    from minigpt.data.corpus import prepare_corpus
+    from minigpt.data.tokenizer import load_or_train_tokenizer
 
     max_positions = run.model.max_position_embeddings
     tokenizer = load_or_train_tokenizer(run.tokenizer, run.data)

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import argparse
 
-from minigpt import hub
 from minigpt.errors import run_cli
-from minigpt.publishing import publish
+from minigpt.hub import store as hub
+from minigpt.hub.publishing import publish
 
 
 def parse_args() -> argparse.Namespace:

@@ -13,10 +13,10 @@ import shlex
 import sys
 from pathlib import Path
 
-from minigpt.config import load_run_config
 from minigpt.distributed import is_main_process, teardown_distributed
 from minigpt.errors import run_cli
-from minigpt.interrupt import StopController
+from minigpt.training.interrupt import StopController
+from minigpt.training.run_config import load_run_config
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "shakespeare.yaml"
 
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     run = load_run_config(args.config, args.overrides)  # exits 2 on any config problem, before anything heavy
 
-    from minigpt.training import run_training  # heavy imports only once the config is known good
+    from minigpt.training.trainer import run_training  # heavy imports only once the config is known good
 
     controller = StopController()
     result = run_training(run, stop_controller=controller, resume=args.resume)

@@ -16,7 +16,7 @@ from minigpt.errors import run_cli
 
 
 def main(argv: list[str] | None = None) -> int:
-    from minigpt.data_cli import add_common_arguments, load_settings
+    from minigpt.training.data_cli import add_common_arguments, load_settings
 
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     run = load_settings(args, parser)
 
-    from minigpt.tokenization import load_or_train_tokenizer
+    from minigpt.data.tokenizer import load_or_train_tokenizer
 
     tokenizer = load_or_train_tokenizer(run.tokenizer, run.data, retrain=args.retrain)
     print(f"tokenizer: {run.tokenizer.path} ({len(tokenizer)} tokens, eos id {tokenizer.eos_token_id})")

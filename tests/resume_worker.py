@@ -25,9 +25,9 @@ from safetensors.torch import save_file
 from transformers import TrainerCallback, TrainingArguments, default_data_collator
 
 from minigpt import MiniGPTConfig, MiniGPTForCausalLM
-from minigpt.checkpointing import AtomicCheckpointTrainer, find_resume_checkpoint
 from minigpt.distributed import is_main_process, teardown_distributed
-from minigpt.interrupt import StopController
+from minigpt.training.checkpoints import AtomicCheckpointTrainer, find_resume_checkpoint
+from minigpt.training.interrupt import StopController
 
 VOCAB = 61
 SEQ_LEN = 16

@@ -15,16 +15,16 @@ import pytest
 import resume_worker
 import yaml
 
-from minigpt import interrupt
-from minigpt.checkpointing import (
+from minigpt.errors import ConfigError
+from minigpt.training import interrupt
+from minigpt.training.checkpoints import (
     RESOLVED_CONFIG_NAME,
     check_resume_compatible,
     checkpoint_problems,
     find_resume_checkpoint,
     list_checkpoints,
 )
-from minigpt.errors import ConfigError
-from minigpt.interrupt import StopController
+from minigpt.training.interrupt import StopController
 
 
 def run_worker(output_dir: Path, *extra: str) -> int:

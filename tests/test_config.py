@@ -12,16 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from minigpt.config import (
-    HardwareSettings,
-    RunConfig,
-    apply_override,
-    build_run_config,
-    effective_batch_size,
-    load_run_config,
-)
-from minigpt.configuration_minigpt import MiniGPTConfig
 from minigpt.errors import ConfigError, run_cli
+from minigpt.model.configuration_minigpt import MiniGPTConfig
+from minigpt.training.run_config import apply_override, build_run_config, load_run_config
+from minigpt.training.settings import HardwareSettings, ModelSettings, RunConfig, effective_batch_size
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
@@ -74,11 +68,16 @@ def test_every_key_in_shipped_yaml_has_a_comment(path):
 
 def test_model_section_mirrors_miniGPTConfig_fields():
     run = load_run_config(SMOKE)
-    config = run.model_config(vocab_size=300, eos_token_id=0)
+    config = MiniGPTConfig(**dataclasses.asdict(run.model), vocab_size=300, eos_token_id=0)
     assert isinstance(config, MiniGPTConfig)
     assert (config.hidden_size, config.num_hidden_layers, config.vocab_size) == (32, 2, 300)
     own = set(MiniGPTConfig.__annotations__) - {"vocab_size", "bos_token_id", "eos_token_id", "pad_token_id"}
     assert {f.name for f in dataclasses.fields(run.model)} == own - {"use_cache"}
+    # The plain mirror (no torch at config time) keeps MiniGPTConfig's defaults and types.
+    for settings_field in dataclasses.fields(ModelSettings):
+        name = settings_field.name
+        assert settings_field.default == getattr(MiniGPTConfig, name), name
+        assert str(settings_field.type) == str(MiniGPTConfig.__annotations__[name]), name
 
 
 def test_overrides_are_typed_by_the_schema():

@@ -13,12 +13,13 @@ import datasets
 import numpy as np
 import pytest
 
-from minigpt import packing
-from minigpt.compatibility import check_block_size, check_compatible
-from minigpt.data import DataSettings, SplitStats, prepare_corpus
-from minigpt.data_sources import iter_texts, iter_train_texts, load_raw_corpus
+from minigpt.data import corpus, packing
+from minigpt.data.compatibility import check_block_size, check_compatible
+from minigpt.data.corpus import SplitStats, prepare_corpus
+from minigpt.data.settings import DataSettings, TokenizerSettings
+from minigpt.data.sources import iter_texts, iter_train_texts, load_raw_corpus
+from minigpt.data.tokenizer import train_tokenizer
 from minigpt.errors import ConfigError, DataError
-from minigpt.tokenization import TokenizerSettings, train_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 SHAKESPEARE = REPO / "data" / "tinyshakespeare.txt"
@@ -250,11 +251,11 @@ def test_interrupted_preparation_leaves_nothing(tmp_path, tokenizer, monkeypatch
             raise KeyboardInterrupt
         return real(tokenized, path, *args, **kwargs)
 
-    monkeypatch.setattr(packing, "write_blocks", interrupted)
+    monkeypatch.setattr(corpus, "write_blocks", interrupted)  # as prepare_corpus looks it up
     with pytest.raises(KeyboardInterrupt):
         prepare_corpus(settings_for(tmp_path, src), tokenizer)
     assert list(blocks_dir(tmp_path).iterdir()) == []
-    monkeypatch.setattr(packing, "write_blocks", real)
+    monkeypatch.setattr(corpus, "write_blocks", real)
     assert not prepare_corpus(settings_for(tmp_path, src), tokenizer).reused
 
 

@@ -16,7 +16,7 @@ from conftest import PYTHON, REPO_ROOT, build_tiny_tokenizer, tiny_model
 from hub_fixtures import BLOCK_SIZE, make_run
 from transformers import Trainer, TrainingArguments, default_data_collator
 
-from minigpt.data import prepare_corpus
+from minigpt.data.corpus import prepare_corpus
 from minigpt.evaluation import (
     METRIC_PATH,
     data_settings_from,
@@ -27,7 +27,7 @@ from minigpt.evaluation import (
     read_run_config,
     token_stream,
 )
-from minigpt.loading import load_model, load_tokenizer, resolve_model
+from minigpt.hub.loading import load_model, load_tokenizer, resolve_model
 
 EVALUATE = REPO_ROOT / "scripts" / "evaluate.py"
 

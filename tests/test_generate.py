@@ -12,8 +12,8 @@ from transformers import GenerationConfig
 from minigpt.errors import ConfigError
 from minigpt.evaluation import read_run_config
 from minigpt.generation import SamplingSettings, build_generation_config, generate_samples
-from minigpt.loading import load_model, load_tokenizer, resolve_model
-from minigpt.publishing import publish
+from minigpt.hub.loading import load_model, load_tokenizer, resolve_model
+from minigpt.hub.publishing import publish
 
 GENERATE = REPO_ROOT / "scripts" / "generate.py"
 

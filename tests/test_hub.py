@@ -19,10 +19,10 @@ from hub_fixtures import make_run, tree_digest
 from huggingface_hub import ModelCard, scan_cache_dir
 from safetensors.torch import load_file
 
-from minigpt import hub
 from minigpt.errors import MiniGPTUserError
-from minigpt.loading import ModelNotFoundError, resolve_model
-from minigpt.publishing import PICKLE_SUFFIXES, publish
+from minigpt.hub import store as hub
+from minigpt.hub.loading import ModelNotFoundError, resolve_model
+from minigpt.hub.publishing import PICKLE_SUFFIXES, publish
 
 REPO = "minigpt-test/tiny-shakespeare"
 PUSH = REPO_ROOT / "scripts" / "push.py"
@@ -396,8 +396,9 @@ def test_model_argument_resolves_runs_checkpoints_and_repo_ids(published, tmp_pa
 
 
 def test_file_names_match_what_training_writes():
-    from minigpt import publishing, training
-    from minigpt.checkpointing import RESOLVED_CONFIG_NAME
+    from minigpt.hub import publishing
+    from minigpt.training import trainer as training
+    from minigpt.training.checkpoints import RESOLVED_CONFIG_NAME
 
     assert publishing.RESOLVED_CONFIG_NAME == RESOLVED_CONFIG_NAME
     assert publishing.LOSS_CURVE_NAME == training.LOSS_PLOT_FILE

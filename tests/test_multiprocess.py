@@ -19,7 +19,7 @@ import pytest
 import resume_worker
 from conftest import PYTHON, REPO_ROOT
 
-from minigpt.checkpointing import checkpoint_problems, list_checkpoints
+from minigpt.training.checkpoints import checkpoint_problems, list_checkpoints
 
 LAYOUT_STEPS = 20
 LAYOUT_ARGS = [

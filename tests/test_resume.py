@@ -22,7 +22,7 @@ import torch
 from conftest import PYTHON, REPO_ROOT
 from safetensors.torch import load_file
 
-from minigpt.checkpointing import checkpoint_problems, find_resume_checkpoint, list_checkpoints
+from minigpt.training.checkpoints import checkpoint_problems, find_resume_checkpoint, list_checkpoints
 
 LOGGING_STEPS = 2  # resume_worker's default
 
@@ -182,8 +182,8 @@ def test_cli_sigterm_then_resume_ends_like_an_uninterrupted_run(tmp_path, subpro
     assert f"resuming from {checkpoint}" in resumed.stdout
 
     # The uninterrupted reference, in-process (imports are already paid for), same tokenizer.
-    from minigpt.config import load_run_config
-    from minigpt.training import run_training
+    from minigpt.training.run_config import load_run_config
+    from minigpt.training.trainer import run_training
 
     monkeypatch.chdir(REPO_ROOT)
     reference_dir = tmp_path / "reference"

@@ -10,17 +10,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoTokenizer
 
-from minigpt.data import DataSettings
-from minigpt.errors import ConfigError
-from minigpt.tokenization import (
+from minigpt.data.settings import DataSettings, TokenizerSettings
+from minigpt.data.tokenizer import (
     TRAINING_RECORD,
-    TokenizerSettings,
     load_or_train_tokenizer,
     load_tokenizer,
     save_tokenizer,
     tokenizer_fingerprint,
     train_tokenizer,
 )
+from minigpt.errors import ConfigError
 
 SHAKESPEARE = Path(__file__).resolve().parents[1] / "data" / "tinyshakespeare.txt"
 SAMPLE = SHAKESPEARE.read_text(encoding="utf-8")[:60_000]

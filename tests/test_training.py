@@ -16,12 +16,12 @@ import torch
 import yaml
 from datasets import Dataset
 
-from minigpt.callbacks import MetricsFileCallback, format_log_line
-from minigpt.config import load_run_config
 from minigpt.errors import ConfigError
-from minigpt.interrupt import StopController
-from minigpt.throughput import ThroughputMeter, flops_per_token, matmul_parameter_count
-from minigpt.training import (
+from minigpt.training.callbacks import MetricsFileCallback, format_log_line
+from minigpt.training.interrupt import StopController
+from minigpt.training.run_config import load_run_config
+from minigpt.training.throughput import ThroughputMeter, flops_per_token, matmul_parameter_count
+from minigpt.training.trainer import (
     TrainerCallback,
     build_model,
     build_trainer,
@@ -186,7 +186,7 @@ def test_accumulation_2_x_batch_4_equals_batch_8(tmp_path, tokenizer_dir, monkey
 
 
 def tiny_trainer(tmp_path, tokenizer_dir, *overrides):
-    from minigpt.tokenization import load_or_train_tokenizer
+    from minigpt.data.tokenizer import load_or_train_tokenizer
 
     run = smoke_run(tmp_path, tokenizer_dir, *overrides)
     tokenizer = load_or_train_tokenizer(run.tokenizer, run.data)
@@ -303,7 +303,7 @@ def test_metrics_file_drops_records_of_steps_a_resume_will_redo(tmp_path):
 
 
 def test_samples_do_not_touch_the_training_rng(tmp_path, tokenizer_dir, monkeypatch):
-    from minigpt.callbacks import generate_samples
+    from minigpt.training.callbacks import generate_samples
 
     monkeypatch.chdir(REPO)
     trainer = tiny_trainer(tmp_path, tokenizer_dir)

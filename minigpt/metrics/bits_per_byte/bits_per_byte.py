@@ -11,7 +11,7 @@ of tokens it encodes to (end-of-text tokens included).
 
 Bits per byte charges every token of the text the mean loss: the first token of each window has
 no context and is not predicted, so it is counted at the average. This is the formula training
-reports (`minigpt.data.SplitStats.bits_per_byte`); without `num_text_tokens` it is the plain
+reports (`minigpt.data.corpus.SplitStats.bits_per_byte`); without `num_text_tokens` it is the plain
 `sum(nll_sum) / num_bytes / ln 2` over the predicted tokens.
 
 Shipped inside the minigpt package and loaded offline from its path:

@@ -15,70 +15,27 @@ import gc
 import hashlib
 import json
 import math
-import os
 import shutil
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import ConfigError, DataError
+import datasets
 
-if TYPE_CHECKING:  # datasets is imported where used: `from minigpt.data import DataSettings` stays light
-    import datasets
+from ..atomic import atomic_output_dir
+from ..distributed import is_main_process
+from ..errors import ConfigError, DataError
+from .packing import data_tokenizer, tokenize_batch, tokenized_features, write_blocks
+from .settings import DataSettings, check_block_size
+from .sources import content_fingerprint, detect_format, load_raw_corpus, source_files
+from .tokenizer import tokenizer_fingerprint
+
+if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast
 
 CACHE_FORMAT_VERSION = 1  # bump when the pipeline's output changes for the same inputs
-FORMATS = ("auto", "text", "json", "parquet", "arrow")
 META_FILE = "meta.json"
-DEFAULT_CORPUS = "data/tinyshakespeare.txt"  # shipped in the repository (relative to the working folder)
-
-
-@dataclass
-class DataSettings:
-    """The `data:` section of a run config."""
-
-    train_files: list[str] = field(default_factory=lambda: [DEFAULT_CORPUS])  # files, folders or globs
-    validation_files: list[str] = field(default_factory=list)  # same kinds; empty = split off train_files
-    format: str = "auto"  # "auto" (by suffix), "text", "json" (JSON lines), "parquet", "arrow" (save_to_disk)
-    text_field: str = "text"  # column holding each document's text in json/parquet/arrow sources
-    validation_fraction: float = 0.1  # share of the train bytes held out when validation_files is empty
-    validation_split: str = "tail"  # "tail": last bytes, cut at a row boundary; "random": seeded documents
-    seed: int = 1337  # seed of the "random" validation split (whole documents picked by a seeded hash)
-    block_size: int = 256  # tokens per packed block; must not exceed the model's max_position_embeddings
-    num_proc: int = 0  # processes that tokenize (Dataset.map num_proc); 0 = one per available CPU core
-    batch_size: int = 1000  # rows per Dataset.map batch
-    cache_dir: str = ".cache/minigpt/data"  # prepared blocks and datasets' Arrow copies of the sources
-    streaming: bool = False  # read sources lazily (no Arrow copy of the raw text); tokenizes in one process
-    max_invalid_utf8_fraction: float = 0.001  # tolerated share of undecodable/NUL characters per file
-    show_progress: bool = True  # show progress bars
-
-    def validate(self) -> None:
-        """Raise `ConfigError` naming the field for impossible values."""
-        if self.format not in FORMATS:
-            raise ConfigError(f"data.format must be one of {', '.join(FORMATS)}, got {self.format!r}")
-        if self.validation_split not in ("tail", "random"):
-            raise ConfigError(
-                f"data.validation_split must be 'tail' or 'random', got {self.validation_split!r}"
-            )
-        if not self.validation_files and not 0.0 < self.validation_fraction < 1.0:
-            raise ConfigError(f"data.validation_fraction must be in (0, 1), got {self.validation_fraction}")
-        if self.block_size < 2:
-            raise ConfigError(f"data.block_size must be >= 2, got {self.block_size}")
-        if self.num_proc < 0:
-            raise ConfigError(f"data.num_proc must be >= 0 (0 = one per CPU core), got {self.num_proc}")
-        if self.batch_size < 1:
-            raise ConfigError(f"data.batch_size must be >= 1, got {self.batch_size}")
-        if not 0.0 <= self.max_invalid_utf8_fraction <= 1.0:
-            raise ConfigError(
-                f"data.max_invalid_utf8_fraction must be in [0, 1], got {self.max_invalid_utf8_fraction}"
-            )
-        if not self.train_files:
-            raise ConfigError("data.train_files is empty: name at least one file, folder or glob")
-
-    def processes(self) -> int:
-        """`num_proc` with 0 resolved to the CPU cores this process may use."""
-        return self.num_proc or len(os.sched_getaffinity(0))
 
 
 @dataclass
@@ -159,8 +116,6 @@ def _frozen_gc(active: bool) -> Iterator[None]:
 @contextlib.contextmanager
 def _progress_bars(show: bool) -> Iterator[None]:
     """Silence datasets' progress bars for the block when `show` is false."""
-    import datasets
-
     was_enabled = datasets.is_progress_bar_enabled()
     if not show:
         datasets.disable_progress_bars()
@@ -179,12 +134,6 @@ def prepare_corpus(
     Raises `DataError`/`ConfigError` (one line) for unusable data or settings; leaves no partial
     cache behind. Pass the model's `max_position_embeddings` to check block_size against it early.
     """
-    from .atomic import atomic_output_dir
-    from .compatibility import check_block_size
-    from .data_sources import content_fingerprint, detect_format, source_files
-    from .distributed import is_main_process
-    from .tokenization import tokenizer_fingerprint
-
     settings.validate()
     if max_position_embeddings is not None:
         check_block_size(settings.block_size, max_position_embeddings)
@@ -211,9 +160,6 @@ def prepare_corpus(
 
 def _prepare_into(staging: Path, settings: DataSettings, tokenizer: PreTrainedTokenizerFast) -> dict:
     """Tokenize and pack both splits into `staging`; return the meta record (stats per split)."""
-    from .data_sources import load_raw_corpus
-    from .packing import data_tokenizer, tokenize_batch, tokenized_features, write_blocks
-
     raw = load_raw_corpus(settings)
     backend = data_tokenizer(tokenizer)
     work = staging / "work"  # intermediate tokenized Arrow files, deleted before the rename
@@ -266,8 +212,6 @@ def _prepare_into(staging: Path, settings: DataSettings, tokenizer: PreTrainedTo
 
 def load_prepared(folder: str | Path) -> PreparedCorpus:
     """Open a prepared-blocks folder written by `prepare_corpus` (memory-mapped, nothing copied)."""
-    import datasets
-
     folder = Path(folder)
     try:
         meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))

@@ -10,6 +10,7 @@ metrics (tokens/s, MFU, bits per byte), samples, the final save and the summary.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -31,24 +32,32 @@ from transformers import (
     set_seed,
 )
 from transformers.trainer_callback import ProgressCallback
+from transformers.training_args import OptimizerNames
 
-import minigpt  # noqa: F401  (registers MiniGPT with the Auto classes)
-from minigpt.atomic import atomic_output_dir, atomic_write_file
-from minigpt.callbacks import (
+from ..atomic import atomic_output_dir, atomic_write_file
+from ..data.compatibility import check_compatible
+from ..data.corpus import prepare_corpus
+from ..data.tokenizer import load_or_train_tokenizer
+from ..errors import ConfigError
+from ..model import MiniGPTConfig
+from .callbacks import (
     LogLineProgressCallback,
     MetricsFileCallback,
     SampleTextCallback,
     StepTimerCallback,
 )
-from minigpt.checkpointing import RESOLVED_CONFIG_NAME, AtomicCheckpointTrainer, resolve_resume_checkpoint
-from minigpt.compatibility import check_compatible
-from minigpt.config import HardwareSettings, RunConfig, TrainingSettings, effective_batch_size
-from minigpt.data import prepare_corpus
-from minigpt.errors import ConfigError
-from minigpt.interrupt import StopController
-from minigpt.plotting import plot_loss_curves
-from minigpt.throughput import ThroughputMeter, flops_per_token
-from minigpt.tokenization import load_or_train_tokenizer
+from .checkpoints import RESOLVED_CONFIG_NAME, AtomicCheckpointTrainer, resolve_resume_checkpoint
+from .interrupt import StopController
+from .plotting import plot_loss_curves
+from .settings import (
+    HardwareSettings,
+    ModelSettings,
+    RunConfig,
+    TrainingSettings,
+    effective_batch_size,
+    require_choice,
+)
+from .throughput import ThroughputMeter, flops_per_token
 
 METRICS_FILE = "metrics.jsonl"
 SAMPLES_FILE = "samples.txt"
@@ -179,14 +188,28 @@ def _training_arguments(
     )
 
 
+def build_model_config(model: ModelSettings, tokenizer: PreTrainedTokenizerBase) -> MiniGPTConfig:
+    """The model's MiniGPTConfig: the `model:` section plus the tokenizer's vocabulary and special ids."""
+    try:
+        return MiniGPTConfig(
+            **dataclasses.asdict(model),
+            vocab_size=len(tokenizer),
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    except ValueError as err:  # MiniGPTConfig names the field: say it as the YAML key
+        raise ConfigError(str(err).replace("MiniGPTConfig.", "model.")) from None
+
+
+def check_optimizer_name(training: TrainingSettings) -> None:
+    """`training.optim` must be one of Trainer's optimizer names (known only once transformers is imported)."""
+    require_choice(training.optim, [name.value for name in OptimizerNames], "training.optim")
+
+
 def build_model(run: RunConfig, tokenizer: PreTrainedTokenizerBase) -> PreTrainedModel:
     """A freshly initialised MiniGPT sized to the tokenizer (len(tokenizer) tokens, its special ids)."""
-    config = run.model_config(
-        vocab_size=len(tokenizer),
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
+    config = build_model_config(run.model, tokenizer)
     return AutoModelForCausalLM.from_config(config, attn_implementation=run.hardware.attn_implementation)
 
 
@@ -257,6 +280,7 @@ def run_training(
     the main thread. `resume=True` continues from the newest complete checkpoint in output_dir.
     """
     started = time.perf_counter()
+    check_optimizer_name(run.training)
     if run.hardware.torch_num_threads is not None:
         # Oversubscribed cores (other jobs, several processes) stall torch's thread pool badly.
         torch.set_num_threads(run.hardware.torch_num_threads)

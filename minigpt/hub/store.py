@@ -38,8 +38,8 @@ from pathlib import Path
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
-from .atomic import fsync_dir
-from .errors import MiniGPTUserError
+from ..atomic import fsync_dir
+from ..errors import MiniGPTUserError
 
 MAIN_BRANCH = "main"
 COMMIT_ID_PATTERN = re.compile(r"[0-9a-f]{40}")

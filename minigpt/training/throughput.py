@@ -10,7 +10,7 @@ import time
 
 from torch import nn
 
-from minigpt.configuration_minigpt import MiniGPTConfig
+from ..model.configuration_minigpt import MiniGPTConfig
 
 
 def matmul_parameter_count(model: nn.Module, config: MiniGPTConfig) -> int:

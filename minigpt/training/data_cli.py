@@ -10,9 +10,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .config import RunConfig, load_run_config
+from .run_config import REPO_CONFIG_DIR, load_run_config
+from .settings import RunConfig
 
-DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "shakespeare.yaml"
+DEFAULT_CONFIG = REPO_CONFIG_DIR / "shakespeare.yaml"
 
 # flag -> (dotted key, type): scalar flags become overrides, typed and checked by the config schema
 SCALAR_FLAGS = {

@@ -1,9 +1,9 @@
 """Checkpoints that appear whole or not at all, and resume that only ever loads a complete one.
 
 Trainer writes `checkpoint-N` in place and its `resume_from_checkpoint=True` takes the highest
-folder, finished or not (shared/hf5-notes.md). Here every checkpoint is written into a staging
-folder `output_dir/.staging-checkpoint-N`, every process waits for the others (each writes its own
-`rng_state_<rank>.pth`), and the main process renames it to `checkpoint-N` in one `os.replace`.
+folder, finished or not: a kill during a save leaves a partial folder that resume then picks.
+Here every checkpoint is written into a staging folder `output_dir/.staging-checkpoint-N`, every
+process waits for the others (each writes its own `rng_state_<rank>.pth`), and the main process renames it to `checkpoint-N` in one `os.replace`.
 Older checkpoints are rotated only after that rename, so a kill at any instant leaves every
 earlier checkpoint intact. At resume, `find_resume_checkpoint` walks checkpoints newest first,
 sets aside any that is incomplete or unreadable, and returns the path to pass to
@@ -32,10 +32,11 @@ from transformers import Trainer
 from transformers.trainer_callback import ExportableState
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, SaveStrategy, rotate_checkpoints
 
-from .atomic import fsync_dir, replace_dir
-from .distributed import is_main_process
-from .errors import ConfigError
-from .interrupt import StopController, StopTrainingCallback
+from ..atomic import fsync_dir, replace_dir
+from ..distributed import is_main_process
+from ..errors import ConfigError
+from .callbacks import StopTrainingCallback
+from .interrupt import StopController
 
 RESOLVED_CONFIG_NAME = "resolved_config.yaml"  # the run config, inside every checkpoint
 TRAINER_STATE_NAME = "trainer_state.json"
@@ -208,7 +209,7 @@ def checkpoint_problems(checkpoint_dir: str | os.PathLike) -> list[str]:
     Checks the files Trainer's resume loads exist and are readable: `trainer_state.json` parses
     and names the folder's step, `model.safetensors` (or its shards) has a valid header covering
     the whole file, and `optimizer.pt`, `scheduler.pt`, `scaler.pt` and every `rng_state*.pth` are
-    whole torch archives. Trainer resumes silently and inexactly without these (hf5-notes).
+    whole torch archives. Trainer resumes silently and inexactly without these (measured).
     """
     folder = Path(checkpoint_dir)
     if not folder.is_dir():

@@ -13,12 +13,20 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from tqdm.auto import tqdm
-from transformers import PreTrainedTokenizerBase, TrainerCallback, TrainerState, TrainingArguments
+from transformers import (
+    PreTrainedTokenizerBase,
+    TrainerCallback,
+    TrainerControl,
+    TrainerState,
+    TrainingArguments,
+)
 from transformers.trainer_callback import ProgressCallback
 
-from minigpt.atomic import atomic_write_file
-from minigpt.throughput import ThroughputMeter
+from ..atomic import atomic_write_file
+from .interrupt import StopController
+from .throughput import ThroughputMeter
 
 
 class StepTimerCallback(TrainerCallback):
@@ -234,3 +242,32 @@ __all__ = [
     "format_log_line",
     "generate_samples",
 ]
+
+
+class StopTrainingCallback(TrainerCallback):
+    """At each optimizer step end: if a stop was requested on any process, save and stop."""
+
+    def __init__(self, controller: StopController) -> None:
+        self.controller = controller
+
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs
+    ) -> TrainerControl:
+        requested, signum = self._agree_across_processes(args)
+        if requested:
+            if not self.controller.stop_requested:  # another process got the signal
+                self.controller.request_stop("stop requested on another process", signum or None)
+            self.controller.stopped_at_step = state.global_step
+            control.should_save = True
+            control.should_training_stop = True
+        return control
+
+    def _agree_across_processes(self, args: TrainingArguments) -> tuple[bool, int]:
+        """Every process must stop at the same step, or the next collective deadlocks."""
+        requested = self.controller.stop_requested
+        signum = self.controller.signum or 0
+        if args.world_size <= 1 or not (dist.is_available() and dist.is_initialized()):
+            return requested, signum
+        flags = torch.tensor([int(requested), signum], dtype=torch.int64, device=args.device)
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)  # (2,): any process asked, and its signal
+        return bool(flags[0].item()), int(flags[1].item())

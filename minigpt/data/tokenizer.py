@@ -10,62 +10,17 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from .atomic import atomic_output_dir
-from .errors import ConfigError
-
-if TYPE_CHECKING:
-    from .data import DataSettings
+from ..atomic import atomic_output_dir
+from ..errors import ConfigError
+from .settings import DataSettings, TokenizerSettings
+from .sources import iter_texts, load_raw_corpus
 
 TRAINING_RECORD = "minigpt_tokenizer.json"  # settings a saved tokenizer was trained with
-BYTE_ALPHABET_SIZE = 256  # byte-level BPE starts from one token per byte value
-
-
-@dataclass
-class TokenizerSettings:
-    """The `tokenizer:` section of a run config."""
-
-    path: str = "runs/tokenizer"  # folder the tokenizer is saved to and loaded from (tokenizer.json etc.)
-    vocab_size: int = 4096  # target size incl. 256 byte tokens and special tokens (less on tiny corpora)
-    min_frequency: int = 2  # a pair of tokens must occur this often in the training text to be merged
-    eos_token: str = "<|endoftext|>"  # end-of-text token placed between documents (also BOS, as in GPT-2)
-    pad_token: str = "<|pad|>"  # padding for batched generation/eval; never inside training blocks
-    extra_special_tokens: list[str] = field(default_factory=list)  # more special tokens, ids after eos, pad
-    show_progress: bool = True  # show a progress bar while training
-
-    def special_tokens(self) -> list[str]:
-        """Special tokens in id order: eos = 0, pad = 1, then the extra ones."""
-        return [self.eos_token, self.pad_token, *self.extra_special_tokens]
-
-    def validate(self) -> None:
-        """Raise `ConfigError` naming the field when the settings cannot give a usable tokenizer."""
-        specials = self.special_tokens()
-        if any(not isinstance(token, str) or not token for token in specials):
-            raise ConfigError(
-                "tokenizer.eos_token, pad_token and extra_special_tokens must be non-empty strings"
-            )
-        if len(set(specials)) != len(specials):
-            raise ConfigError(f"tokenizer special tokens must be distinct, got {specials}")
-        smallest = BYTE_ALPHABET_SIZE + len(specials)
-        if self.vocab_size < smallest:
-            raise ConfigError(
-                f"tokenizer.vocab_size={self.vocab_size} is too small: byte-level BPE needs at least "
-                f"{smallest} (256 bytes + {len(specials)} special tokens)"
-            )
-        if self.min_frequency < 1:
-            raise ConfigError(f"tokenizer.min_frequency must be >= 1, got {self.min_frequency}")
-
-    def training_record(self) -> dict:
-        """The settings that change the trained tokenizer (not where it lives or how it shows progress)."""
-        record = asdict(self)
-        del record["path"], record["show_progress"]
-        return record
 
 
 def train_tokenizer(
@@ -152,8 +107,6 @@ def load_or_train_tokenizer(
 
     The tokenizer never sees validation text, so validation loss is measured on unseen bytes.
     """
-    from .data_sources import iter_texts, load_raw_corpus  # late import: data_sources is heavier
-
     settings.validate()
     if not retrain and (Path(settings.path) / "tokenizer.json").is_file():
         check_training_record(settings.path, settings)

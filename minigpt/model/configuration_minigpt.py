@@ -1,6 +1,6 @@
 """MiniGPTConfig: the architecture of a MiniGPT model, and nothing else.
 
-Training, data and tokenizer settings live in the run config (`minigpt/config.py`); generation
+Training, data and tokenizer settings live in the run config (`minigpt/training/settings.py`); generation
 settings live in `GenerationConfig`. This file imports nothing from the `minigpt` package so that
 `save_pretrained` can ship it as remote code.
 """

@@ -14,18 +14,14 @@ import hashlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import datasets
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .data import FORMATS
-from .errors import ConfigError, DataError, MiniGPTUserError
-
-if TYPE_CHECKING:
-    from .data import DataSettings
+from ..errors import ConfigError, DataError, MiniGPTUserError
+from .settings import FORMATS, DataSettings
 
 SUFFIX_FORMATS = {".jsonl": "json", ".json": "json", ".ndjson": "json", ".parquet": "parquet"}
 SCAN_BATCH_ROWS = 10_000  # rows per Arrow batch when scanning sizes and bad characters

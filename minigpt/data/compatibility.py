@@ -10,20 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .errors import ConfigError
+from ..errors import ConfigError
+from .corpus import PreparedCorpus
+from .settings import check_block_size
+from .tokenizer import tokenizer_fingerprint
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast
-
-    from .data import PreparedCorpus
-
-
-def check_block_size(block_size: int, max_position_embeddings: int) -> None:
-    """A block must fit the model's positions (learned position embeddings have no row beyond)."""
-    if block_size > max_position_embeddings:
-        raise ConfigError(
-            f"data.block_size ({block_size}) exceeds the model's max_position_embeddings ({max_position_embeddings})"
-        )
 
 
 def check_compatible(
@@ -43,8 +36,6 @@ def check_compatible(
     The model's vocabulary must equal `len(tokenizer)`, or exceed it when `allow_larger_vocab`
     (an embedding padded to a multiple of 64 for speed, say).
     """
-    from .tokenization import tokenizer_fingerprint
-
     size = len(tokenizer)  # includes added special tokens, unlike tokenizer.vocab_size
     if vocab_size < size or (vocab_size > size and not allow_larger_vocab):
         raise ConfigError(f"the model's vocab_size is {vocab_size} but the tokenizer has {size} tokens")

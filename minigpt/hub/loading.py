@@ -5,7 +5,7 @@ the same MODEL argument:
 
 - a model folder (`config.json` inside): a run's `final/`, a `checkpoint-N/`, a hub snapshot;
 - a training run folder: its `final/` model (a run without one names its latest checkpoint);
-- `ORG/NAME` in a hub folder (`minigpt.hub`), at a branch, tag or commit (`--revision`),
+- `ORG/NAME` in a hub folder (`minigpt.hub.store`), at a branch, tag or commit (`--revision`),
   loaded with `from_pretrained(repo_id, cache_dir=hub_dir, revision=...)`, as from the real hub.
 """
 
@@ -16,9 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import hub
-from .checkpointing import checkpoint_step, list_checkpoints
-from .errors import MiniGPTUserError
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from ..errors import MiniGPTUserError
+from ..model import register_auto_classes
+from ..training.checkpoints import checkpoint_step, list_checkpoints
+from . import store
 
 FINAL_MODEL_DIRNAME = "final"  # where training saves the finished model inside a run folder
 
@@ -91,27 +94,24 @@ def resolve_model(
     model = str(model)
     if model.count("/") != 1 or model.startswith(("/", ".")):
         raise ModelNotFoundError(f"no such model folder: {model}")
-    hub_path = Path(hub_dir) if hub_dir is not None else hub.default_hub_dir()
-    revision = revision or hub.MAIN_BRANCH
-    snapshot = hub.snapshot_dir(hub_path, model, revision)  # HubError if the repo or revision is absent
+    hub_path = Path(hub_dir) if hub_dir is not None else store.default_hub_dir()
+    revision = revision or store.MAIN_BRANCH
+    snapshot = store.snapshot_dir(hub_path, model, revision)  # HubError if the repo or revision is absent
     return ModelLocation(model, snapshot, revision=revision, hub_dir=hub_path)
 
 
 def load_tokenizer(location: ModelLocation):
     """The model's tokenizer, through `AutoTokenizer` as any transformers user would load it."""
-    from transformers import AutoTokenizer
-
     return AutoTokenizer.from_pretrained(location.name_or_path, **location.from_pretrained_kwargs())
 
 
 def load_model(location: ModelLocation, **kwargs: Any):
     """The model in eval mode through `AutoModelForCausalLM`.
 
-    The installed minigpt classes are used (importing the package registered them with the Auto
-    classes); the source files shipped beside the weights are what a user without minigpt runs.
+    The installed minigpt classes are used (registered with the Auto classes); the source files
+    shipped beside the weights are what a user without minigpt runs.
     """
-    from transformers import AutoModelForCausalLM
-
+    register_auto_classes()
     model = AutoModelForCausalLM.from_pretrained(
         location.name_or_path, **location.from_pretrained_kwargs(), **kwargs
     )

@@ -13,7 +13,7 @@ import matplotlib
 matplotlib.use("Agg")  # no display needed; must precede pyplot
 import matplotlib.pyplot as plt  # noqa: E402
 
-from minigpt.atomic import atomic_write_file  # noqa: E402
+from ..atomic import atomic_write_file  # noqa: E402
 
 
 def loss_curves(

@@ -18,8 +18,9 @@ from pathlib import Path
 import yaml
 from safetensors import safe_open
 
-from . import hub
-from .errors import MiniGPTUserError
+from ..errors import MiniGPTUserError
+from ..training.checkpoints import RESOLVED_CONFIG_NAME
+from . import store
 from .loading import resolve_model
 from .model_card import CardFacts, count_parameters, read_eval_metrics, render_model_card
 
@@ -33,7 +34,6 @@ TOKENIZER_FILES = (
     "merges.txt",
     "chat_template.jinja",
 )
-RESOLVED_CONFIG_NAME = "resolved_config.yaml"  # the run config training resolved and saved
 LOSS_CURVE_NAME = "loss.png"  # the loss-curve picture training draws in the run folder
 # Formats that unpickle (torch.save, pickle, joblib): never published, whatever the allowlist says.
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib")
@@ -168,15 +168,15 @@ def publish(
     tag: str | None = None,
     message: str | None = None,
     license: str = "apache-2.0",
-) -> hub.CommitInfo:
+) -> store.CommitInfo:
     """Commit the model in `source` (model, checkpoint or run folder) to `repo_id` in `hub_dir`."""
-    hub.validate_model_repo_id(repo_id)
+    store.validate_model_repo_id(repo_id)
     if tag is not None:
-        hub.validate_tag(tag)
-        hub.check_new_tag(hub_dir, repo_id, tag)
+        store.validate_tag(tag)
+        store.check_new_tag(hub_dir, repo_id, tag)
     with tempfile.TemporaryDirectory(prefix="minigpt-publish-") as staging:
         files = collect_files(source, Path(staging), repo_id, license)
-        return hub.push_files(files, repo_id, hub_dir, message or f"Publish {source}", tag=tag)
+        return store.push_files(files, repo_id, hub_dir, message or f"Publish {source}", tag=tag)
 
 
 __all__ = ["PICKLE_SUFFIXES", "PublishError", "collect_files", "publish"]

@@ -1,9 +1,9 @@
 """Stop training cleanly on Ctrl-C, SIGTERM or a call from another thread.
 
-The first SIGINT/SIGTERM only raises a flag; `StopTrainingCallback` sees it at the next optimizer
+The first SIGINT/SIGTERM only raises a flag; `StopTrainingCallback` (callbacks.py) sees it at the next optimizer
 step boundary and asks Trainer to save a checkpoint and stop, so the run resumes exactly. A second
 signal (a second or more after the first) aborts at once: checkpoints are written atomically
-(`minigpt.checkpointing`), so killing the process mid-save leaves the previous checkpoint intact.
+(`minigpt.training.checkpoints`), so killing the process mid-save leaves the previous checkpoint intact.
 
 Written by hand because Trainer's `enable_jit_checkpoint` saves from `on_pre_optimizer_step` (half
 way through a step), handles SIGTERM only, and does not make several processes agree on the step.
@@ -18,11 +18,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 
-import torch
-import torch.distributed as dist
-from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
-
-from .distributed import is_main_process
+from ..distributed import is_main_process
 
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # `accelerate launch`/torchrun forward the terminal's Ctrl-C to workers that already got it from the
@@ -101,32 +97,3 @@ def _write_stderr(text: str) -> None:
     # os.write, not print: a handler may interrupt a print on the same stream (reentrant call error).
     if is_main_process():
         os.write(2, text.encode())
-
-
-class StopTrainingCallback(TrainerCallback):
-    """At each optimizer step end: if a stop was requested on any process, save and stop."""
-
-    def __init__(self, controller: StopController) -> None:
-        self.controller = controller
-
-    def on_step_end(
-        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs
-    ) -> TrainerControl:
-        requested, signum = self._agree_across_processes(args)
-        if requested:
-            if not self.controller.stop_requested:  # another process got the signal
-                self.controller.request_stop("stop requested on another process", signum or None)
-            self.controller.stopped_at_step = state.global_step
-            control.should_save = True
-            control.should_training_stop = True
-        return control
-
-    def _agree_across_processes(self, args: TrainingArguments) -> tuple[bool, int]:
-        """Every process must stop at the same step, or the next collective deadlocks."""
-        requested = self.controller.stop_requested
-        signum = self.controller.signum or 0
-        if args.world_size <= 1 or not (dist.is_available() and dist.is_initialized()):
-            return requested, signum
-        flags = torch.tensor([int(requested), signum], dtype=torch.int64, device=args.device)
-        dist.all_reduce(flags, op=dist.ReduceOp.MAX)  # (2,): any process asked, and its signal
-        return bool(flags[0].item()), int(flags[1].item())

@@ -1,0 +1,112 @@
+"""The data stage's settings: the `data:` and `tokenizer:` sections of a run config.
+
+Plain dataclasses with no heavy imports, at the bottom of the data stage, so a run config is
+loaded and checked without importing `datasets`, `tokenizers` or torch.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+
+from ..errors import ConfigError
+
+FORMATS = ("auto", "text", "json", "parquet", "arrow")
+DEFAULT_CORPUS = "data/tinyshakespeare.txt"  # shipped in the repository (relative to the working folder)
+BYTE_ALPHABET_SIZE = 256  # byte-level BPE starts from one token per byte value
+
+
+@dataclass
+class DataSettings:
+    """The `data:` section of a run config."""
+
+    train_files: list[str] = field(default_factory=lambda: [DEFAULT_CORPUS])  # files, folders or globs
+    validation_files: list[str] = field(default_factory=list)  # same kinds; empty = split off train_files
+    format: str = "auto"  # "auto" (by suffix), "text", "json" (JSON lines), "parquet", "arrow" (save_to_disk)
+    text_field: str = "text"  # column holding each document's text in json/parquet/arrow sources
+    validation_fraction: float = 0.1  # share of the train bytes held out when validation_files is empty
+    validation_split: str = "tail"  # "tail": last bytes, cut at a row boundary; "random": seeded documents
+    seed: int = 1337  # seed of the "random" validation split (whole documents picked by a seeded hash)
+    block_size: int = 256  # tokens per packed block; must not exceed the model's max_position_embeddings
+    num_proc: int = 0  # processes that tokenize (Dataset.map num_proc); 0 = one per available CPU core
+    batch_size: int = 1000  # rows per Dataset.map batch
+    cache_dir: str = ".cache/minigpt/data"  # prepared blocks and datasets' Arrow copies of the sources
+    streaming: bool = False  # read sources lazily (no Arrow copy of the raw text); tokenizes in one process
+    max_invalid_utf8_fraction: float = 0.001  # tolerated share of undecodable/NUL characters per file
+    show_progress: bool = True  # show progress bars
+
+    def validate(self) -> None:
+        """Raise `ConfigError` naming the field for impossible values."""
+        if self.format not in FORMATS:
+            raise ConfigError(f"data.format must be one of {', '.join(FORMATS)}, got {self.format!r}")
+        if self.validation_split not in ("tail", "random"):
+            raise ConfigError(
+                f"data.validation_split must be 'tail' or 'random', got {self.validation_split!r}"
+            )
+        if not self.validation_files and not 0.0 < self.validation_fraction < 1.0:
+            raise ConfigError(f"data.validation_fraction must be in (0, 1), got {self.validation_fraction}")
+        if self.block_size < 2:
+            raise ConfigError(f"data.block_size must be >= 2, got {self.block_size}")
+        if self.num_proc < 0:
+            raise ConfigError(f"data.num_proc must be >= 0 (0 = one per CPU core), got {self.num_proc}")
+        if self.batch_size < 1:
+            raise ConfigError(f"data.batch_size must be >= 1, got {self.batch_size}")
+        if not 0.0 <= self.max_invalid_utf8_fraction <= 1.0:
+            raise ConfigError(
+                f"data.max_invalid_utf8_fraction must be in [0, 1], got {self.max_invalid_utf8_fraction}"
+            )
+        if not self.train_files:
+            raise ConfigError("data.train_files is empty: name at least one file, folder or glob")
+
+    def processes(self) -> int:
+        """`num_proc` with 0 resolved to the CPU cores this process may use."""
+        return self.num_proc or len(os.sched_getaffinity(0))
+
+
+@dataclass
+class TokenizerSettings:
+    """The `tokenizer:` section of a run config."""
+
+    path: str = "runs/tokenizer"  # folder the tokenizer is saved to and loaded from (tokenizer.json etc.)
+    vocab_size: int = 4096  # target size incl. 256 byte tokens and special tokens (less on tiny corpora)
+    min_frequency: int = 2  # a pair of tokens must occur this often in the training text to be merged
+    eos_token: str = "<|endoftext|>"  # end-of-text token placed between documents (also BOS, as in GPT-2)
+    pad_token: str = "<|pad|>"  # padding for batched generation/eval; never inside training blocks
+    extra_special_tokens: list[str] = field(default_factory=list)  # more special tokens, ids after eos, pad
+    show_progress: bool = True  # show a progress bar while training
+
+    def special_tokens(self) -> list[str]:
+        """Special tokens in id order: eos = 0, pad = 1, then the extra ones."""
+        return [self.eos_token, self.pad_token, *self.extra_special_tokens]
+
+    def validate(self) -> None:
+        """Raise `ConfigError` naming the field when the settings cannot give a usable tokenizer."""
+        specials = self.special_tokens()
+        if any(not isinstance(token, str) or not token for token in specials):
+            raise ConfigError(
+                "tokenizer.eos_token, pad_token and extra_special_tokens must be non-empty strings"
+            )
+        if len(set(specials)) != len(specials):
+            raise ConfigError(f"tokenizer special tokens must be distinct, got {specials}")
+        smallest = BYTE_ALPHABET_SIZE + len(specials)
+        if self.vocab_size < smallest:
+            raise ConfigError(
+                f"tokenizer.vocab_size={self.vocab_size} is too small: byte-level BPE needs at least "
+                f"{smallest} (256 bytes + {len(specials)} special tokens)"
+            )
+        if self.min_frequency < 1:
+            raise ConfigError(f"tokenizer.min_frequency must be >= 1, got {self.min_frequency}")
+
+    def training_record(self) -> dict:
+        """The settings that change the trained tokenizer (not where it lives or how it shows progress)."""
+        record = asdict(self)
+        del record["path"], record["show_progress"]
+        return record
+
+
+def check_block_size(block_size: int, max_position_embeddings: int) -> None:
+    """A block must fit the model's positions (learned position embeddings have no row beyond)."""
+    if block_size > max_position_embeddings:
+        raise ConfigError(
+            f"data.block_size ({block_size}) exceeds the model's max_position_embeddings ({max_position_embeddings})"
+        )

@@ -1,0 +1,7 @@
+"""The training stage: run config, Trainer and `run_training`, checkpoints, callbacks.
+
+Bottom to top: `settings` (typed sections) -> `run_config` (YAML, overrides, checks; no torch)
+-> `interrupt` (StopController) -> `throughput`, `plotting` -> `callbacks` -> `checkpoints`
+(atomic checkpoints, exact resume) -> `trainer` (`run_training`). `data_cli` holds the options
+shared by the data scripts.
+"""

@@ -1,0 +1,263 @@
+"""The typed sections of a run config: `model`, `training`, `hardware` (and, from the data stage,
+`tokenizer` and `data`), each a dataclass that the component using it receives alone.
+
+Every field is typed, has a default and a comment saying what it does; `__post_init__` rejects
+impossible values with a `ConfigError` naming the dotted key. Nothing here imports torch or
+transformers, so a bad config is reported in well under a second.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from ..data.settings import DataSettings, TokenizerSettings
+from ..errors import ConfigError
+
+# MiniGPTConfig fields a run config may not set, and why. The tokenizer decides the vocabulary
+# size and special-token ids (len(tokenizer), not tokenizer.vocab_size, which is only a target),
+# so a model can never disagree with the tokenizer it is trained with.
+MANAGED_MODEL_FIELDS = {
+    "vocab_size": "it comes from the tokenizer (set tokenizer.vocab_size)",
+    "bos_token_id": "it comes from the tokenizer (set tokenizer.eos_token)",
+    "eos_token_id": "it comes from the tokenizer (set tokenizer.eos_token)",
+    "pad_token_id": "it comes from the tokenizer (set tokenizer.pad_token)",
+    "use_cache": "it is a generation setting (final/ always saves use_cache: true)",
+}
+
+POSITION_EMBEDDING_TYPES = ("learned", "rope")  # as in MiniGPTConfig
+ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+LR_SCHEDULER_TYPES = (
+    "cosine_with_min_lr",
+    "warmup_stable_decay",
+    "cosine",
+    "linear",
+    "constant_with_warmup",
+    "constant",
+)
+REPORT_TO_CHOICES = ("none", "tensorboard", "wandb", "trackio", "mlflow", "all")
+
+
+@dataclass
+class ModelSettings:
+    """The `model:` section: MiniGPTConfig's architecture fields (see model/configuration_minigpt.py).
+
+    A plain mirror, so that a run config loads without importing torch; a test checks that its
+    fields, types and defaults equal MiniGPTConfig's. The vocabulary and special-token ids are not
+    here: they come from the tokenizer (MANAGED_MODEL_FIELDS).
+    """
+
+    hidden_size: int = 128  # width of the residual stream
+    num_hidden_layers: int = 4  # transformer blocks
+    num_attention_heads: int = 4  # heads per attention layer; must divide hidden_size
+    intermediate_size: int | None = None  # MLP width; None means 4 * hidden_size (GPT-2)
+    max_position_embeddings: int = 256  # longest sequence (prompt + generated) the model accepts
+    position_embedding_type: str = "learned"  # "learned" (GPT-2) or "rope" (rotary, RoFormer)
+    rope_theta: float = 10000.0  # rotary base frequency, used when position_embedding_type == "rope"
+    hidden_act: str = "gelu_pytorch_tanh"  # MLP activation, any name in transformers' ACT2FN
+    hidden_dropout: float = 0.0  # dropout on embeddings and residual branches
+    attention_dropout: float = 0.0  # dropout on attention probabilities
+    bias: bool = True  # biases in linear layers and layer norms (False is faster, as in nanoGPT)
+    layer_norm_epsilon: float = 1e-5  # epsilon of every LayerNorm
+    initializer_range: float = 0.02  # std of the normal init of matrices and embeddings (GPT-2)
+    tie_word_embeddings: bool = True  # share the input embedding with the output head
+
+    def __post_init__(self) -> None:
+        for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "max_position_embeddings"):
+            require(
+                getattr(self, name) > 0, f"model.{name}", "must be a positive integer", getattr(self, name)
+            )
+        if self.intermediate_size is not None:
+            require(
+                self.intermediate_size > 0,
+                "model.intermediate_size",
+                "must be positive or null",
+                self.intermediate_size,
+            )
+        require(
+            self.hidden_size % self.num_attention_heads == 0,
+            "model.hidden_size",
+            f"must be divisible by model.num_attention_heads ({self.num_attention_heads})",
+            self.hidden_size,
+        )
+        require_choice(
+            self.position_embedding_type, POSITION_EMBEDDING_TYPES, "model.position_embedding_type"
+        )
+        if self.position_embedding_type == "rope":
+            head_dim = self.hidden_size // self.num_attention_heads
+            require(
+                head_dim % 2 == 0,
+                "model.hidden_size / num_attention_heads",
+                "must be even for rope",
+                head_dim,
+            )
+        for name in ("hidden_dropout", "attention_dropout"):
+            require(
+                0.0 <= getattr(self, name) < 1.0, f"model.{name}", "must be in [0, 1)", getattr(self, name)
+            )
+        for name in ("layer_norm_epsilon", "initializer_range", "rope_theta"):
+            require(getattr(self, name) > 0, f"model.{name}", "must be positive", getattr(self, name))
+
+
+@dataclass
+class TrainingSettings:
+    """The `training:` section: what Trainer optimises, logs, evaluates and saves, and text samples.
+
+    Keys that mirror `transformers.TrainingArguments` keep its names and meaning.
+    """
+
+    output_dir: str = "runs/minigpt"  # checkpoints, metrics.jsonl, samples.txt, loss.png and final/ go here
+    max_steps: int = 1000  # optimizer steps in the whole run
+    learning_rate: float = 1e-3  # peak learning rate, reached at the end of warmup
+    min_learning_rate: float = 1e-4  # floor of the cosine decay (used by cosine_with_min_lr only)
+    lr_scheduler_type: str = "cosine_with_min_lr"  # Trainer schedule name; warmup is linear in all of them
+    warmup_steps: int = 100  # linear warmup from 0 to learning_rate over this many steps
+    weight_decay: float = 0.1  # AdamW decoupled weight decay, applied to weight matrices only
+    decay_embeddings: bool = False  # also decay token/position embeddings (and the tied output head)
+    adam_beta1: float = 0.9  # AdamW first-moment decay
+    adam_beta2: float = 0.95  # AdamW second-moment decay (0.95 as in GPT-3 / nanoGPT)
+    adam_epsilon: float = 1e-8  # AdamW epsilon
+    optim: str = "adamw_torch"  # Trainer optimizer name ("adamw_torch_fused" is faster on GPU)
+    max_grad_norm: float = 1.0  # clip the global gradient norm to this (0 disables clipping)
+    seed: int = 42  # seeds Python, NumPy and torch (init, dropout, data order)
+    logging_steps: int = 10  # log a line and a metrics.jsonl record every this many steps
+    eval_steps: int = 200  # evaluate on the validation split every this many steps (and at the end)
+    save_steps: int = 500  # write a checkpoint every this many steps (and at the end)
+    save_total_limit: int | None = 2  # keep at most this many checkpoints (None keeps all)
+    report_to: str | list[str] = "none"  # extra loggers, e.g. "tensorboard" (needs the tensorboard package)
+    sample_steps: int = 200  # print and save text samples every this many steps (0: only at the end)
+    sample_prompts: list[str] = field(default_factory=lambda: ["\n"])  # each prompt is continued once
+    sample_max_new_tokens: int = 64  # tokens generated per sample
+    sample_temperature: float = 0.8  # softmax temperature for samples (0: greedy)
+    sample_top_k: int | None = 50  # sample only from the k most likely tokens (None: all)
+
+    def __post_init__(self) -> None:
+        for name in ("max_steps", "logging_steps", "eval_steps", "save_steps", "sample_max_new_tokens"):
+            require(getattr(self, name) > 0, f"training.{name}", "must be positive", getattr(self, name))
+        for name in ("warmup_steps", "sample_steps", "weight_decay", "max_grad_norm", "sample_temperature"):
+            require(getattr(self, name) >= 0, f"training.{name}", "must be >= 0", getattr(self, name))
+        require(self.learning_rate > 0, "training.learning_rate", "must be positive", self.learning_rate)
+        require(
+            0 <= self.min_learning_rate <= self.learning_rate,
+            "training.min_learning_rate",
+            f"must be between 0 and training.learning_rate ({self.learning_rate})",
+            self.min_learning_rate,
+        )
+        for name in ("adam_beta1", "adam_beta2"):
+            require(
+                0 <= getattr(self, name) < 1, f"training.{name}", "must be in [0, 1)", getattr(self, name)
+            )
+        require(self.adam_epsilon > 0, "training.adam_epsilon", "must be positive", self.adam_epsilon)
+        require_choice(self.lr_scheduler_type, LR_SCHEDULER_TYPES, "training.lr_scheduler_type")
+        for name in [self.report_to] if isinstance(self.report_to, str) else self.report_to:
+            require_choice(name, REPORT_TO_CHOICES, "training.report_to")
+        if self.save_total_limit is not None:
+            require(self.save_total_limit > 0, "training.save_total_limit", "must be positive or null", 0)
+        if self.sample_top_k is not None:
+            require(
+                self.sample_top_k > 0, "training.sample_top_k", "must be positive or null", self.sample_top_k
+            )
+        require(bool(self.sample_prompts), "training.sample_prompts", "needs at least one prompt", [])
+        require(bool(self.output_dir), "training.output_dir", "must not be empty", self.output_dir)
+
+
+@dataclass
+class HardwareSettings:
+    """The `hardware:` section: how the run uses the machine, not what it learns.
+
+    `profile` names a file `configs/hardware/<profile>.yaml` whose values are the defaults of this
+    section; keys written here override them.
+    """
+
+    profile: str | None = (
+        None  # hardware profile to start from: "cpu", "gpu-bf16", "multi-gpu" or a .yaml path
+    )
+    use_cpu: bool = False  # train on the CPU even if an accelerator is present
+    bf16: bool = False  # bfloat16 mixed precision (Ampere+ GPUs, recent CPUs)
+    fp16: bool = False  # float16 mixed precision with a dynamic grad scaler (older GPUs)
+    tf32: bool | None = None  # TensorFloat-32 matmuls on Ampere+ GPUs (None: torch's default)
+    attn_implementation: str = "sdpa"  # "sdpa", "eager", "flash_attention_2", ...
+    torch_compile: bool = False  # compile the model with torch.compile (first steps are slower)
+    torch_compile_mode: str | None = None  # torch.compile mode, e.g. "max-autotune" (None: default)
+    activation_checkpointing: bool = False  # recompute activations in backward to save memory
+    per_device_train_batch_size: int = 8  # blocks per forward pass on each device
+    gradient_accumulation_steps: int = 1  # forward passes summed into one optimizer step
+    per_device_eval_batch_size: int = 16  # blocks per forward pass when evaluating
+    dataloader_num_workers: int = 0  # worker processes feeding batches (0: the training process itself)
+    torch_num_threads: int | None = None  # torch CPU threads per process (None: one per core)
+    peak_flops: float = 1e12  # peak FLOP/s of one device at the training precision, for MFU
+
+    def __post_init__(self) -> None:
+        for name in (
+            "per_device_train_batch_size",
+            "gradient_accumulation_steps",
+            "per_device_eval_batch_size",
+        ):
+            require(getattr(self, name) > 0, f"hardware.{name}", "must be positive", getattr(self, name))
+        require(self.dataloader_num_workers >= 0, "hardware.dataloader_num_workers", "must be >= 0", 0)
+        if self.torch_num_threads is not None:
+            require(self.torch_num_threads > 0, "hardware.torch_num_threads", "must be positive or null", 0)
+        require(self.peak_flops > 0, "hardware.peak_flops", "must be positive", self.peak_flops)
+        require(
+            not (self.bf16 and self.fp16), "hardware.fp16", "cannot be true together with hardware.bf16", True
+        )
+        require_choice(self.attn_implementation, ATTN_IMPLEMENTATIONS, "hardware.attn_implementation")
+
+
+@dataclass
+class RunConfig:
+    """One training run, as resolved from a YAML file and command-line overrides."""
+
+    model: ModelSettings = field(default_factory=ModelSettings)
+    tokenizer: TokenizerSettings = field(default_factory=TokenizerSettings)
+    data: DataSettings = field(default_factory=DataSettings)
+    training: TrainingSettings = field(default_factory=TrainingSettings)
+    hardware: HardwareSettings = field(default_factory=HardwareSettings)
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """Plain nested dict of every setting (defaults included), in schema order."""
+        return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True)
+
+
+SECTIONS: dict[str, type] = {
+    "model": ModelSettings,
+    "tokenizer": TokenizerSettings,
+    "data": DataSettings,
+    "training": TrainingSettings,
+    "hardware": HardwareSettings,
+}
+
+
+def effective_batch_size(hardware: HardwareSettings, num_processes: int) -> int:
+    """Sequences per optimizer step: per device x accumulation x processes."""
+    return hardware.per_device_train_batch_size * hardware.gradient_accumulation_steps * num_processes
+
+
+def suggest(word: Any, candidates: Iterable[Any]) -> str:
+    """ "; did you mean 'x'?" for the likeliest intended candidate, or "" when none is close."""
+    word, candidates = str(word), [str(c) for c in candidates]
+    extensions = [
+        c for c in candidates if word and c.startswith(word)
+    ]  # "adamw" -> "adamw_torch", in given order
+    matches = extensions[:1] or difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
+    return f"; did you mean {matches[0]!r}?" if matches else ""
+
+
+def require(ok: bool, key: str, what: str, value: Any) -> None:
+    if not ok:
+        raise ConfigError(f"{key} {what}, got {value!r}")
+
+
+def require_choice(value: str, choices: Iterable[str], key: str) -> None:
+    choices = tuple(choices)
+    if value not in choices:
+        listed = f"one of {', '.join(choices)}" if len(choices) <= 10 else f"one of {len(choices)} names"
+        raise ConfigError(f"{key} must be {listed}, got {value!r}{suggest(value, choices)}")

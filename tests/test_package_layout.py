@@ -1,0 +1,224 @@
+"""The package layout: stages import only the stages below them, no import circle, cheap config loading."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "minigpt"
+
+# Pipeline stages, bottom first: a module may import its own stage and the stages below it.
+STAGE_RANK = {
+    "minigpt.errors": 0,
+    "minigpt.atomic": 0,
+    "minigpt.distributed": 0,
+    "minigpt.model": 1,
+    "minigpt.data": 2,
+    "minigpt.training": 3,
+    "minigpt.hub": 4,
+    "minigpt.generation": 5,
+    "minigpt.evaluation": 5,
+    "minigpt.metrics": 5,
+}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def all_modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def internal_imports(path: Path, modules: dict[str, Path]) -> set[str]:
+    """Every minigpt module `path` imports, at any depth (function bodies and TYPE_CHECKING too)."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            # `from pkg import sub` imports the submodule pkg.sub when there is one
+            targets = [
+                f"{source}.{a.name}" if f"{source}.{a.name}" in modules else source for a in node.names
+            ]
+        else:
+            continue
+        for target in targets:
+            while target and target not in modules:  # `import a.b.c` of a name inside a module
+                target = target.rpartition(".")[0]
+            if target.startswith("minigpt") and target != name:
+                found.add(target)
+    return found
+
+
+def stage_of(module: str) -> str:
+    return next(
+        s for s in sorted(STAGE_RANK, key=len, reverse=True) if module == s or module.startswith(s + ".")
+    )
+
+
+def test_every_module_belongs_to_a_stage():
+    unplaced = [
+        m
+        for m in all_modules()
+        if m != "minigpt" and not any(m == s or m.startswith(s + ".") for s in STAGE_RANK)
+    ]
+    assert unplaced == []
+
+
+def test_stages_import_only_stages_below_them():
+    modules = all_modules()
+    upward = []
+    for name, path in modules.items():
+        if name == "minigpt":  # the public API re-exports every stage, lazily
+            continue
+        for target in internal_imports(path, modules):
+            if target == "minigpt":
+                upward.append(f"{name} imports the package root")
+            elif STAGE_RANK[stage_of(target)] > STAGE_RANK[stage_of(name)]:
+                upward.append(f"{name} -> {target}")
+    assert upward == []
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle in `graph` as a path [a, b, ..., a], or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: finished
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt) :] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (cycle := visit(start)):
+            return cycle
+    return None
+
+
+def test_find_cycle_detects_a_circle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_import_circle_anywhere_in_the_package():
+    modules = all_modules()
+    graph = {name: internal_imports(path, modules) for name, path in modules.items()}
+    assert find_cycle(graph) is None
+
+
+def test_remote_code_pair_imports_only_torch_transformers_and_each_other():
+    for filename in ("configuration_minigpt.py", "modeling_minigpt.py"):
+        tree = ast.parse((PACKAGE / "model" / filename).read_text(encoding="utf-8"))
+        roots = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                roots |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                roots.add("." + (node.module or "") if node.level else node.module.split(".")[0])
+        allowed = {"__future__", "math", "collections", "typing", "dataclasses", "torch", "transformers"}
+        assert roots - allowed <= {".configuration_minigpt"}, filename
+
+
+def run_python(code: str, prelude: str = "") -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", prelude + textwrap.dedent(code)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+# Fails any import of torch, transformers or datasets in the subprocess it is prepended to.
+BLOCK_HEAVY_IMPORTS = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "transformers", "datasets", "tokenizers"):
+            raise ImportError(f"{name} imported while only a config was needed")
+sys.meta_path.insert(0, Block())
+"""
+
+
+def test_config_loading_and_errors_import_no_heavy_library(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("training:\n  max_stepz: 3\n")
+    result = run_python(
+        f"""
+        import minigpt
+        from minigpt import StopController, load_run_config
+        run = load_run_config("configs/shakespeare.yaml", ["training.max_steps=700"])
+        assert run.training.max_steps == 700
+        StopController().request_stop()
+        import runpy
+        sys.argv = ["train.py", {str(bad)!r}]
+        runpy.run_path("scripts/train.py", run_name="__main__")
+        """,
+        prelude=BLOCK_HEAVY_IMPORTS,
+    )
+    assert result.returncode == 2, result.stderr
+    assert (
+        result.stderr.strip() == "error: unknown key training.max_stepz; did you mean 'training.max_steps'?"
+    )
+
+
+def test_train_help_imports_no_heavy_library():
+    result = run_python(
+        """
+        import runpy
+        sys.argv = ["train.py", "--help"]
+        runpy.run_path("scripts/train.py", run_name="__main__")
+        """,
+        prelude=BLOCK_HEAVY_IMPORTS,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "--resume" in result.stdout
+
+
+def test_importing_the_model_registers_the_auto_classes():
+    result = run_python(
+        """
+        from minigpt import MiniGPTForCausalLM
+        from transformers import AutoConfig, AutoModelForCausalLM
+        config = AutoConfig.for_model("minigpt", hidden_size=32, num_hidden_layers=1, num_attention_heads=2, vocab_size=64)
+        model = AutoModelForCausalLM.from_config(config)
+        assert type(model) is MiniGPTForCausalLM, type(model)
+        print(type(model).__module__)
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "minigpt.model.modeling_minigpt"
+
+
+@pytest.mark.parametrize(
+    "name", ["MiniGPTConfig", "MiniGPTForCausalLM", "load_run_config", "run_training", "StopController"]
+)
+def test_public_api_is_importable_from_the_top(name):
+    import minigpt
+
+    assert name in minigpt.__all__
+    assert getattr(minigpt, name).__name__ == name
