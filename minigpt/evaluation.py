@@ -36,6 +36,7 @@ from .data.settings import DataSettings
 from .data.sources import arrow_batches, load_raw_corpus, resolve_files
 from .errors import ConfigError, DataError
 from .hub.loading import load_model, load_tokenizer
+from .progress import datasets_progress_bars
 from .training.checkpoints import RESOLVED_CONFIG_NAME
 from .training.run_config import build_section
 
@@ -202,7 +203,8 @@ def evaluate_stream(
             metric.add_batch(nll_sum=sums.tolist(), num_tokens=targets)
             bar.update(len(batch))
     bar.close()
-    scores = metric.compute(num_bytes=num_bytes, num_text_tokens=len(ids))
+    with datasets_progress_bars(False):  # the metric's own Arrow table is no work a user waits for
+        scores = metric.compute(num_bytes=num_bytes, num_text_tokens=len(ids))
     return EvaluationResult(
         loss=scores["loss"],
         perplexity=scores["perplexity"],

@@ -32,12 +32,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"run config YAML (default {DEFAULT_CONFIG.relative_to(DEFAULT_CONFIG.parents[1])}), then overrides",
     )
     parser.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # options and overrides in any order
     # A first item without "=" is the config, so `train.py training.max_steps=5` runs the default one.
     has_config = bool(args.items) and "=" not in args.items[0]
     args.config = Path(args.items[0]) if has_config else DEFAULT_CONFIG
     args.overrides = args.items[1:] if has_config else args.items  # checked by load_run_config
     return args
+
+
+def display_path(path: Path) -> str:
+    """`path` relative to the working folder when it is inside it (as README shows commands), else as is."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     teardown_distributed()
     if controller.stop_requested:
         if is_main_process():
-            command = ["python", "scripts/train.py", str(args.config), *args.overrides, "--resume"]
+            command = ["python", "scripts/train.py", display_path(args.config), *args.overrides, "--resume"]
             print(f"stopped ({controller.reason}); resume with: {shlex.join(command)}", file=sys.stderr)
         return controller.exit_code
     return 0

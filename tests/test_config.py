@@ -162,7 +162,7 @@ def test_bad_yaml_files(tmp_path):
             "unknown section 'trainer'; did you mean 'training'",
         ),
         "not a mapping": ("- a\n- b\n", "must hold a mapping"),
-        "invalid yaml": ("training: [unclosed\n", "not valid YAML"),
+        "invalid yaml": ("training: [unclosed\n", "invalid YAML"),
         "section not a mapping": ("training: 3\n", "training must be a mapping"),
         "profile with unknown key": (None, "unknown key hardware.bf17"),
     }

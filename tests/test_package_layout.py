@@ -18,6 +18,7 @@ STAGE_RANK = {
     "minigpt.errors": 0,
     "minigpt.atomic": 0,
     "minigpt.distributed": 0,
+    "minigpt.progress": 0,
     "minigpt.model": 1,
     "minigpt.data": 2,
     "minigpt.training": 3,

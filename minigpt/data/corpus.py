@@ -26,6 +26,7 @@ import datasets
 from ..atomic import atomic_output_dir
 from ..distributed import is_main_process
 from ..errors import ConfigError, DataError
+from ..progress import datasets_progress_bars
 from .packing import data_tokenizer, tokenize_batch, tokenized_features, write_blocks
 from .settings import DataSettings, check_block_size
 from .sources import content_fingerprint, detect_format, load_raw_corpus, source_files
@@ -113,19 +114,6 @@ def _frozen_gc(active: bool) -> Iterator[None]:
             gc.unfreeze()
 
 
-@contextlib.contextmanager
-def _progress_bars(show: bool) -> Iterator[None]:
-    """Silence datasets' progress bars for the block when `show` is false."""
-    was_enabled = datasets.is_progress_bar_enabled()
-    if not show:
-        datasets.disable_progress_bars()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            datasets.enable_progress_bars()
-
-
 def prepare_corpus(
     settings: DataSettings, tokenizer: PreTrainedTokenizerFast, max_position_embeddings: int | None = None
 ) -> PreparedCorpus:
@@ -149,7 +137,7 @@ def prepare_corpus(
             print(f"reusing prepared blocks in {target}")
         return load_prepared(target)
     print(f"preparing blocks in {target}")
-    with _progress_bars(settings.show_progress), atomic_output_dir(target) as staging:
+    with datasets_progress_bars(settings.show_progress), atomic_output_dir(target) as staging:
         meta = _prepare_into(staging, settings, tokenizer)
         meta.update(tokenizer_fingerprint=tokenizer_id, format=fmt, sources=[str(p) for p in train_paths])
         (staging / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")

@@ -21,9 +21,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import ConfigError, DataError, MiniGPTUserError
+from ..progress import datasets_progress_bars
 from .settings import FORMATS, DataSettings
 
 SUFFIX_FORMATS = {".jsonl": "json", ".json": "json", ".ndjson": "json", ".parquet": "parquet"}
+LOCAL_FILES_BAR_THRESHOLD = 16  # datasets' DownloadManager draws a per-file bar from this many files
 SCAN_BATCH_ROWS = 10_000  # rows per Arrow batch when scanning sizes and bad characters
 INVALID_CHARS = ("\ufffd", "\x00")  # what undecodable bytes become (errors="replace") and binary's NULs
 
@@ -165,6 +167,15 @@ def _load(paths: list[Path], fmt: str, settings: DataSettings, role: str) -> _Lo
 
 
 def _load_offline(
+    paths: list[Path], fmt: str, settings: DataSettings, role: str, cache_dir: str, names: str
+) -> _Loaded:
+    # From 16 files on, datasets draws a "Downloading data: N files" bar for what are local paths
+    # (no download happens); its bars for real work ("Generating train split") stay for fewer.
+    with datasets_progress_bars(settings.show_progress and len(paths) < LOCAL_FILES_BAR_THRESHOLD):
+        return _load_local(paths, fmt, settings, role, cache_dir, names)
+
+
+def _load_local(
     paths: list[Path], fmt: str, settings: DataSettings, role: str, cache_dir: str, names: str
 ) -> _Loaded:
     try:

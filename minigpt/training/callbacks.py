@@ -91,15 +91,16 @@ class LogLineProgressCallback(ProgressCallback):
 class MetricsFileCallback(TrainerCallback):
     """Appends every log record as one JSON line to `<output_dir>/metrics.jsonl` (main process only).
 
-    On resume, records after the checkpoint's step (written by the interrupted run, about to be
-    redone) are dropped, so the file reads as one run.
+    At the start, records after the starting step are dropped: on resume those the interrupted run
+    wrote after its checkpoint (about to be redone), on a fresh start all of them, so the file
+    reads as one run.
     """
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
 
     def on_train_begin(self, args, state, control, **kwargs) -> None:
-        if state.is_world_process_zero and state.global_step > 0 and self.path.exists():
+        if state.is_world_process_zero and self.path.exists():
             kept = [
                 line for line in self.path.read_text().splitlines() if _step_of(line) <= state.global_step
             ]
@@ -158,6 +159,10 @@ class SampleTextCallback(TrainerCallback):
         self.seed = seed
         self.last_sampled_step: int | None = None
         self.last_samples: list[str] = []
+
+    def on_train_begin(self, args, state, control, **kwargs) -> None:
+        if state.is_world_process_zero and state.global_step == 0 and self.path.exists():
+            self.path.unlink()  # a fresh start: samples of an earlier, unfinished attempt are not this run's
 
     def on_step_end(self, args, state, control, model=None, **kwargs) -> None:
         if self.every and state.global_step % self.every == 0:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import sys
 import zipfile
@@ -35,23 +34,26 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, SaveStrategy, rota
 from ..atomic import fsync_dir, replace_dir
 from ..distributed import is_main_process
 from ..errors import ConfigError
+from ..progress import transformers_progress_bars
 from .callbacks import StopTrainingCallback
 from .interrupt import StopController
+from .run_folder import (
+    RESOLVED_CONFIG_NAME,
+    SET_ASIDE_PREFIX,
+    STAGING_PREFIX,
+    checkpoint_step,
+    list_checkpoints,
+)
 
-RESOLVED_CONFIG_NAME = "resolved_config.yaml"  # the run config, inside every checkpoint
 TRAINER_STATE_NAME = "trainer_state.json"
 WEIGHTS_NAME = "model.safetensors"
 WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
 OPTIMIZER_NAME = "optimizer.pt"
 SCHEDULER_NAME = "scheduler.pt"
 SCALER_NAME = "scaler.pt"
-STAGING_PREFIX = ".staging-"  # a save in progress; never matches Trainer's `checkpoint-*` globs
-SET_ASIDE_PREFIX = "corrupt-"  # where a bad checkpoint is moved; also outside `checkpoint-*`
 COMPARED_SECTIONS = ("model", "tokenizer", "data")  # run-config sections a resume must not change
 # Keys of those sections that change how the data is prepared or shown, never what it is.
 RESUME_MAY_DIFFER = ("tokenizer.show_progress", "data.show_progress", "data.num_proc", "data.cache_dir")
-
-_CHECKPOINT_RE = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
 
 
 class AtomicCheckpointTrainer(Trainer):
@@ -91,7 +93,8 @@ class AtomicCheckpointTrainer(Trainer):
             staging_dir.mkdir(parents=True)
         self.accelerator.wait_for_everyone()  # the staging folder exists before anyone writes
 
-        self._write_checkpoint_files(model, trial, staging_dir, final_dir)
+        with transformers_progress_bars(False):  # a bar for one small weights file is noise
+            self._write_checkpoint_files(model, trial, staging_dir, final_dir)
 
         self.accelerator.wait_for_everyone()  # every process's files are in the staging folder
         if self.args.should_save:
@@ -101,7 +104,7 @@ class AtomicCheckpointTrainer(Trainer):
                 output_dir=str(run_dir),
                 save_total_limit=self.args.save_total_limit,
                 best_model_checkpoint=self.state.best_model_checkpoint,
-                use_mtime=True,
+                use_mtime=False,  # checkpoint-N is named by step; mtimes can tie on fast saves
             )
         self.accelerator.wait_for_everyone()  # no process reads checkpoint-N before it exists
         if self.args.push_to_hub:
@@ -186,21 +189,6 @@ def _fsync_files(folder: Path) -> None:
 
 
 # ---- Resume discovery -------------------------------------------------------------------------
-
-
-def checkpoint_step(path: str | os.PathLike) -> int | None:
-    """N for a folder named `checkpoint-N`, else None."""
-    match = _CHECKPOINT_RE.match(Path(path).name)
-    return int(match.group(1)) if match else None
-
-
-def list_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
-    """`checkpoint-N` folders in `output_dir`, newest (highest N) first."""
-    output_dir = Path(output_dir)
-    if not output_dir.is_dir():
-        return []
-    found = [p for p in output_dir.iterdir() if p.is_dir() and checkpoint_step(p) is not None]
-    return sorted(found, key=checkpoint_step, reverse=True)
 
 
 def checkpoint_problems(checkpoint_dir: str | os.PathLike) -> list[str]:

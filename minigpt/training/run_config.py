@@ -45,6 +45,10 @@ def load_run_config(path: str | Path, overrides: Iterable[str] = ()) -> RunConfi
     """
     path = Path(path)
     raw = read_yaml_mapping(path, what="config file")
+    if not raw:
+        raise ConfigError(
+            f"{path} is empty: a run config names at least its training.output_dir (see configs/shakespeare.yaml)"
+        )
     for override in overrides:
         apply_override(raw, override)
     return build_run_config(raw, config_dir=path.parent)
@@ -61,12 +65,22 @@ def read_yaml_mapping(path: Path, what: str) -> dict[str, Any]:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise ConfigError(f"{path} is not valid YAML: {' '.join(str(err).split())}") from None
+        raise ConfigError(_yaml_problem(path, err)) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a mapping of sections, got {type(data).__name__}")
     return data
+
+
+def _yaml_problem(path: Path, err: yaml.YAMLError) -> str:
+    """PyYAML's error as `file:line:column: problem` (its own text names the stream, not the file)."""
+    mark = getattr(err, "problem_mark", None)
+    problem = getattr(err, "problem", None) or str(err)
+    context = getattr(err, "context", None)
+    detail = " ".join((f"{problem} ({context})" if context else problem).split())
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    return f"{where}: invalid YAML: {detail}"
 
 
 def apply_override(raw: dict[str, Any], override: str) -> None:
@@ -92,6 +106,8 @@ def apply_override(raw: dict[str, Any], override: str) -> None:
         value = text
     if value is not None and not isinstance(value, str) and _accepts_str(annotation):
         value = text
+    elif not isinstance(value, list) and _list_of_str(annotation):
+        value = [text]  # one value where a list is expected is a list of one, taken literally
     target = raw.setdefault(section, {})
     if target is None:
         target = raw[section] = {}
@@ -237,7 +253,7 @@ def coerce(value: Any, annotation: Any, key: str) -> Any:
         )
     if origin is list:
         if not isinstance(value, list):
-            raise _type_error(key, annotation, value)
+            value = [value]  # one value where a list is expected means a list of one
         return [coerce(item, args[0] if args else Any, f"{key}[{i}]") for i, item in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
@@ -287,6 +303,10 @@ def _accepts_str(annotation: Any) -> bool:
         return True
     origin = typing.get_origin(annotation)
     return origin in (typing.Union, types.UnionType) and str in typing.get_args(annotation)
+
+
+def _list_of_str(annotation: Any) -> bool:
+    return typing.get_origin(annotation) is list and typing.get_args(annotation) == (str,)
 
 
 def _section_types(cls: type) -> dict[str, Any]:

@@ -112,6 +112,7 @@ class TrainingSettings:
     """
 
     output_dir: str = "runs/minigpt"  # checkpoints, metrics.jsonl, samples.txt, loss.png and final/ go here
+    overwrite_output_dir: bool = False  # start over in an output_dir that holds a run: removes its outputs first
     max_steps: int = 1000  # optimizer steps in the whole run
     learning_rate: float = 1e-3  # peak learning rate, reached at the end of warmup
     min_learning_rate: float = 1e-4  # floor of the cosine decay (used by cosine_with_min_lr only)

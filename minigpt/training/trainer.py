@@ -40,15 +40,27 @@ from ..data.corpus import prepare_corpus
 from ..data.tokenizer import load_or_train_tokenizer
 from ..errors import ConfigError
 from ..model import MiniGPTConfig
+from ..progress import transformers_progress_bars
+from .busy_cores import BusyCoresCallback
 from .callbacks import (
     LogLineProgressCallback,
     MetricsFileCallback,
     SampleTextCallback,
     StepTimerCallback,
 )
-from .checkpoints import RESOLVED_CONFIG_NAME, AtomicCheckpointTrainer, resolve_resume_checkpoint
+from .checkpoints import AtomicCheckpointTrainer, resolve_resume_checkpoint
 from .interrupt import StopController
 from .plotting import plot_loss_curves
+from .run_folder import (
+    FINAL_DIR,
+    LOSS_PLOT_FILE,
+    METRICS_FILE,
+    RESOLVED_CONFIG_NAME,
+    SAMPLES_FILE,
+    SUMMARY_FILE,
+    check_resume_target,
+    claim_output_dir,
+)
 from .settings import (
     HardwareSettings,
     ModelSettings,
@@ -58,12 +70,6 @@ from .settings import (
     require_choice,
 )
 from .throughput import ThroughputMeter, flops_per_token
-
-METRICS_FILE = "metrics.jsonl"
-SAMPLES_FILE = "samples.txt"
-LOSS_PLOT_FILE = "loss.png"
-SUMMARY_FILE = "summary.json"
-FINAL_DIR = "final"
 
 
 @dataclass
@@ -247,6 +253,8 @@ def build_trainer(
             seed=run.training.seed,
         ),
     ]
+    if args.device.type == "cpu" and torch.get_num_threads() > 1:  # one thread cannot stall this way
+        own_callbacks.append(BusyCoresCallback())
     trainer = MiniGPTTrainer(
         model=model,
         args=args,
@@ -288,6 +296,14 @@ def run_training(
     output_dir = Path(run.training.output_dir)
     args = build_training_arguments(run)  # also sets up the process group under `accelerate launch`
     main = args.should_save  # the one process that prints and writes run files
+    # Before anything is written: continue this folder's run, or claim the folder for a new one.
+    checkpoint = resolve_resume_checkpoint(output_dir, run.to_dict()) if resume else None
+    if checkpoint is not None:
+        check_resume_target(checkpoint, run.training.max_steps)
+    elif main or not run.training.overwrite_output_dir:  # every process refuses; only the main one removes
+        removed = claim_output_dir(output_dir, overwrite=run.training.overwrite_output_dir)
+        if removed:
+            print(f"training.overwrite_output_dir: removed the previous run's {', '.join(removed)}", flush=True)
     if main:
         output_dir.mkdir(parents=True, exist_ok=True)
         with atomic_write_file(output_dir / RESOLVED_CONFIG_NAME) as handle:
@@ -298,7 +314,6 @@ def run_training(
         corpus = prepare_corpus(
             run.data, tokenizer, max_position_embeddings=run.model.max_position_embeddings
         )
-    checkpoint = resolve_resume_checkpoint(output_dir, run.to_dict()) if resume else None
 
     set_seed(run.training.seed)  # the model's initial weights depend only on the seed
     model = build_model(run, tokenizer)
@@ -383,7 +398,7 @@ def save_final_model(
     """
     model = trainer.accelerator.unwrap_model(trainer.model)  # no DDP wrapper, no compiled module
     model.config.use_cache = True  # Trainer turned the KV cache off for training; generation wants it
-    with atomic_output_dir(final_dir) as staging:
+    with atomic_output_dir(final_dir) as staging, transformers_progress_bars(False):
         model.save_pretrained(staging, state_dict=state_dict)
         tokenizer.save_pretrained(staging)
         (staging / RESOLVED_CONFIG_NAME).write_text(yaml.safe_dump(run.to_dict(), sort_keys=False))

@@ -1,0 +1,120 @@
+"""A run owns its output folder: what a run writes there, and who may start in a folder that has one.
+
+Starting a new run where another run's checkpoints or `final/` are would mix the two: the new
+run's checkpoints sit beside the old ones, and `--resume` later picks whichever has the higher
+step. So a fresh start in such a folder is refused with one line, unless the config says
+`training.overwrite_output_dir: true` (Trainer's name), which removes the old run's outputs first;
+and `--resume` of a run already at `training.max_steps` is refused without touching anything.
+
+Plain Python (no torch), so these checks run before anything heavy.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+from ..errors import ConfigError
+
+# Files and folders a run writes into its output folder.
+RESOLVED_CONFIG_NAME = "resolved_config.yaml"  # the run config, beside the outputs and in every checkpoint
+METRICS_FILE = "metrics.jsonl"
+SAMPLES_FILE = "samples.txt"
+LOSS_PLOT_FILE = "loss.png"
+SUMMARY_FILE = "summary.json"
+FINAL_DIR = "final"
+CHECKPOINT_PREFIX = "checkpoint"  # Trainer's PREFIX_CHECKPOINT_DIR: `checkpoint-N`
+STAGING_PREFIX = ".staging-"  # a save in progress; never matches Trainer's `checkpoint-*` globs
+SET_ASIDE_PREFIX = "corrupt-"  # where a bad checkpoint is moved; also outside `checkpoint-*`
+RUN_FILES = (RESOLVED_CONFIG_NAME, METRICS_FILE, SAMPLES_FILE, LOSS_PLOT_FILE, SUMMARY_FILE)
+
+_CHECKPOINT_RE = re.compile(rf"^{CHECKPOINT_PREFIX}-(\d+)$")
+
+
+def checkpoint_step(path: str | os.PathLike) -> int | None:
+    """N for a folder named `checkpoint-N`, else None."""
+    match = _CHECKPOINT_RE.match(Path(path).name)
+    return int(match.group(1)) if match else None
+
+
+def list_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
+    """`checkpoint-N` folders in `output_dir`, newest (highest N) first."""
+    output_dir = Path(output_dir)
+    if not output_dir.is_dir():
+        return []
+    found = [p for p in output_dir.iterdir() if p.is_dir() and checkpoint_step(p) is not None]
+    return sorted(found, key=checkpoint_step, reverse=True)
+
+
+def run_outputs(output_dir: str | os.PathLike) -> list[Path]:
+    """Everything a run wrote into `output_dir` (checkpoints, final/, logs), sorted; nothing else."""
+    output_dir = Path(output_dir)
+    if not output_dir.is_dir():
+        return []
+    prefixes = (f"{CHECKPOINT_PREFIX}-", f"{STAGING_PREFIX}", f"{SET_ASIDE_PREFIX}{CHECKPOINT_PREFIX}-")
+    return sorted(
+        p
+        for p in output_dir.iterdir()
+        if p.name in RUN_FILES or p.name == FINAL_DIR or p.name.startswith(prefixes)
+    )
+
+
+def holds_a_run(output_dir: str | os.PathLike) -> bool:
+    """True when `output_dir` has another run's checkpoints or finished model."""
+    return bool(list_checkpoints(output_dir)) or (Path(output_dir) / FINAL_DIR).is_dir()
+
+
+def claim_output_dir(output_dir: str | os.PathLike, overwrite: bool, resume_command: str = "--resume") -> list[str]:
+    """Make `output_dir` ready for a run that starts from step 0; returns the names it removed.
+
+    Raises `ConfigError` (and changes nothing) when the folder holds another run and `overwrite`
+    is false. With `overwrite`, removes only what a run writes (`run_outputs`), never other files.
+    """
+    output_dir = Path(output_dir)
+    if not holds_a_run(output_dir):
+        return []
+    if not overwrite:
+        found = [p.name + ("/" if p.is_dir() else "") for p in run_outputs(output_dir) if p.is_dir()]
+        shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+        raise ConfigError(
+            f"{output_dir} already holds a run ({shown}): continue it with {resume_command}, start over with "
+            "training.overwrite_output_dir=true (removes its checkpoints and final/), "
+            "or pick another training.output_dir"
+        )
+    removed = []
+    for path in run_outputs(output_dir):
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+        removed.append(path.name)
+    return removed
+
+
+def check_resume_target(checkpoint: str | os.PathLike, max_steps: int) -> None:
+    """Refuse to resume a checkpoint already at or past `max_steps` (it would train a step too many)."""
+    step = checkpoint_step(checkpoint)
+    if step is not None and step >= max_steps:
+        raise ConfigError(
+            f"{Path(checkpoint).name} is already at step {step} and training.max_steps is {max_steps}: "
+            f"nothing to resume; raise training.max_steps (e.g. training.max_steps={step + max(step // 2, 1)}) "
+            "to train further"
+        )
+
+
+__all__ = [
+    "FINAL_DIR",
+    "LOSS_PLOT_FILE",
+    "METRICS_FILE",
+    "RESOLVED_CONFIG_NAME",
+    "SAMPLES_FILE",
+    "SUMMARY_FILE",
+    "check_resume_target",
+    "checkpoint_step",
+    "claim_output_dir",
+    "holds_a_run",
+    "list_checkpoints",
+    "run_outputs",
+]
