@@ -8,8 +8,10 @@ settings live in `GenerationConfig`. This file imports nothing from the `minigpt
 from __future__ import annotations
 
 from transformers import PretrainedConfig
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 POSITION_EMBEDDING_TYPES = ("learned", "rope")
+ROPE_TYPES = ("default", *ROPE_INIT_FUNCTIONS)  # "default" is plain RoPE; the others scale it (Llama's set)
 
 
 class MiniGPTConfig(PretrainedConfig):
@@ -26,9 +28,14 @@ class MiniGPTConfig(PretrainedConfig):
     num_hidden_layers: int = 4  # transformer blocks
     num_attention_heads: int = 4  # heads per attention layer; must divide hidden_size
     intermediate_size: int | None = None  # MLP width; None means 4 * hidden_size (GPT-2)
-    max_position_embeddings: int = 256  # longest sequence (prompt + generated) the model accepts
+    # The context: learned positions end here (a longer input is an error); rotary positions past it
+    # run (extrapolation, or the extension `rope_parameters` scaling gives), as in Llama.
+    max_position_embeddings: int = 256
     position_embedding_type: str = "learned"  # "learned" (GPT-2) or "rope" (rotary, RoFormer)
-    rope_theta: float = 10000.0  # rotary base frequency, used when position_embedding_type == "rope"
+    # Rotary settings when position_embedding_type == "rope", in transformers' format: {"rope_type":
+    # "default" | "linear" | "dynamic" | "yarn" | ..., "rope_theta": base frequency, "factor": ...}.
+    # None means plain RoPE with rope_theta 10000; an old config's top-level `rope_theta` moves in here.
+    rope_parameters: dict | None = None
     hidden_act: str = "gelu_pytorch_tanh"  # MLP activation, any name in transformers' ACT2FN
     hidden_dropout: float = 0.0  # dropout on embeddings and residual branches
     attention_dropout: float = 0.0  # dropout on attention probabilities
@@ -90,8 +97,24 @@ class MiniGPTConfig(PretrainedConfig):
             raise ValueError(
                 f"MiniGPTConfig.initializer_range must be positive, got {self.initializer_range!r}"
             )
-        if self.rope_theta <= 0:
-            raise ValueError(f"MiniGPTConfig.rope_theta must be positive, got {self.rope_theta!r}")
+        self.validate_rope_parameters()
+
+    def validate_rope_parameters(self) -> None:
+        """Raise ValueError naming rope_parameters when rotary positions cannot be built from it."""
+        if self.position_embedding_type != "rope":
+            return
+        rope = self.rope_parameters or {}
+        if rope.get("rope_type") not in ROPE_TYPES:
+            raise ValueError(
+                f"MiniGPTConfig.rope_parameters['rope_type'] must be one of {ROPE_TYPES}, got {rope.get('rope_type')!r}"
+            )
+        theta = rope.get("rope_theta")
+        if not isinstance(theta, int | float) or theta <= 0:
+            raise ValueError(f"MiniGPTConfig.rope_parameters['rope_theta'] must be positive, got {theta!r}")
+        try:
+            self.validate_rope()  # transformers' per-type check: required keys such as `factor`
+        except KeyError as err:
+            raise ValueError(f"MiniGPTConfig.rope_parameters: {err.args[0]}") from None
 
 
 __all__ = ["MiniGPTConfig"]

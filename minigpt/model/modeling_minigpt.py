@@ -25,8 +25,12 @@ from transformers.cache_utils import Cache, DynamicCache
 from transformers.masking_utils import create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.utils import can_return_tuple, torch_compilable_check
 from transformers.utils.deprecation import deprecate_kwarg
+from transformers.utils.generic import merge_with_config_defaults
+from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_minigpt import MiniGPTConfig
 
@@ -58,22 +62,42 @@ def eager_attention_forward(
 
 
 class MiniGPTRotaryEmbedding(nn.Module):
-    """Rotary position embeddings (RoFormer, Su et al. 2021): cos/sin tables per position."""
+    """Rotary position embeddings (RoFormer, Su et al. 2021): cos/sin tables per position.
+
+    Built from `config.rope_parameters` with transformers' rope functions, so the scaled variants
+    (linear, dynamic NTK, YaRN, ...) behave as in Llama; `dynamic_rope_update` recomputes the
+    frequencies of the dynamic types when a sequence grows past the original context.
+    """
 
     def __init__(self, config: MiniGPTConfig):
         super().__init__()
-        self.inv_freq = nn.Buffer(self.inverse_frequencies(config), persistent=False)  # (hs / 2,)
+        self.config = config
+        self.rope_type = config.rope_parameters["rope_type"]
+        self.max_seq_len_cached = config.max_position_embeddings  # read by dynamic_rope_update
+        self.original_max_seq_len = config.max_position_embeddings
+        rope_init_fn: Callable = self.compute_default_rope_parameters
+        if self.rope_type != "default":
+            rope_init_fn = ROPE_INIT_FUNCTIONS[self.rope_type]
+        inv_freq, self.attention_scaling = rope_init_fn(config)  # (hs / 2,), YaRN's cos/sin scale
+        # Non-persistent: recomputed at init (also after from_pretrained, see _init_weights), never saved.
+        self.inv_freq = nn.Buffer(inv_freq, persistent=False)
+        self.original_inv_freq = nn.Buffer(inv_freq.clone(), persistent=False)
 
     @staticmethod
-    def inverse_frequencies(config: MiniGPTConfig) -> torch.Tensor:
-        head_dim = config.hidden_size // config.num_attention_heads
-        return 1.0 / (config.rope_theta ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
+    def compute_default_rope_parameters(config: MiniGPTConfig, *args, **kwargs) -> tuple[torch.Tensor, float]:
+        """Plain RoPE: inverse frequencies theta^(-2i/hs), and no cos/sin scaling."""
+        base, head_dim = config.rope_parameters["rope_theta"], config.head_dim
+        inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
+        return inv_freq, 1.0
 
     @torch.no_grad()
+    @dynamic_rope_update
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        freqs = position_ids[..., None].float() * self.inv_freq.to(x.device)  # (B, T, hs / 2)
-        emb = torch.cat((freqs, freqs), dim=-1)  # (B, T, hs)
-        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+        inv_freq = self.inv_freq.to(device=x.device, dtype=torch.float)
+        freqs = position_ids[..., None].float() * inv_freq  # (B or 1, T, hs / 2), fp32 for long contexts
+        emb = torch.cat((freqs, freqs), dim=-1)  # (B or 1, T, hs)
+        cos, sin = emb.cos() * self.attention_scaling, emb.sin() * self.attention_scaling
+        return cos.to(x.dtype), sin.to(x.dtype)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -191,6 +215,10 @@ class MiniGPTPreTrainedModel(PreTrainedModel):
     _supports_flex_attn = False
     _supports_attention_backend = True
     _can_compile_fullgraph = True
+    # Forward hooks collect these when output_hidden_states / output_attentions is asked for:
+    # each block's output (plus the embeddings before the first), and each attention's weights
+    # (element 1 of its output; eager attention only, sdpa and flash do not form them).
+    _can_record_outputs = {"hidden_states": MiniGPTBlock, "attentions": MiniGPTAttention}
 
     def _init_weights(self, module: nn.Module) -> None:
         if isinstance(module, nn.Linear) and getattr(module, "is_residual_projection", False):
@@ -200,12 +228,9 @@ class MiniGPTPreTrainedModel(PreTrainedModel):
             init.normal_(module.weight, mean=0.0, std=std)
             if module.bias is not None:
                 init.zeros_(module.bias)
-        elif isinstance(module, MiniGPTRotaryEmbedding):
-            # A non-persistent buffer: from_pretrained builds the model on the meta device, so
-            # the table must be recomputed here rather than loaded.
-            init.copy_(module.inv_freq, module.inverse_frequencies(self.config))
         else:
-            # Normal(0, initializer_range) for matrices and embeddings, ones/zeros for norms.
+            # Normal(0, initializer_range) for matrices and embeddings, ones/zeros for norms, and the
+            # rotary tables recomputed (non-persistent buffers: from_pretrained builds on meta).
             super()._init_weights(module)
 
 
@@ -232,11 +257,13 @@ class MiniGPTModel(MiniGPTPreTrainedModel):
         self.wte = value
 
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @merge_with_config_defaults  # use_cache from the config, off under activation checkpointing
+    @capture_outputs  # output_hidden_states / output_attentions / return_dict, see _can_record_outputs
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,  # (B, T)
         attention_mask: torch.Tensor | None = None,  # (B, S): 1 for real tokens, 0 for padding
-        position_ids: torch.LongTensor | None = None,  # (B, T)
+        position_ids: torch.LongTensor | None = None,  # (B or 1, T); may restart inside a row (packing)
         cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,  # (B, T, C)
         use_cache: bool | None = None,
@@ -246,31 +273,26 @@ class MiniGPTModel(MiniGPTPreTrainedModel):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds")
         if inputs_embeds is None:
             inputs_embeds = self.wte(input_ids)  # (B, T, C)
-        use_cache = use_cache if use_cache is not None else self.config.use_cache
-        if self.gradient_checkpointing and self.training:
-            use_cache = False  # a cache would hold every layer's activations, defeating checkpointing
         if use_cache and cache is None:
             cache = DynamicCache(config=self.config)
 
+        # An int for a dynamic cache, a 0-d tensor for a static one (its fill level lives on the device).
         past_length = cache.get_seq_length() if cache is not None else 0
         seq_length = inputs_embeds.shape[1]
-        if past_length + seq_length > self.config.max_position_embeddings:
-            raise ValueError(
-                f"Sequence length {past_length + seq_length} (cached {past_length} + new {seq_length}) exceeds "
-                f"max_position_embeddings={self.config.max_position_embeddings}; shorten the prompt or "
-                "max_new_tokens"
-            )
+        positions_given = position_ids is not None
         if position_ids is None:
             position_ids = self._default_position_ids(
                 attention_mask, past_length, seq_length, inputs_embeds.device
             )
+        if self.config.position_embedding_type == "learned":
+            self._check_learned_positions(position_ids if positions_given else None, past_length, seq_length)
 
         causal_mask = create_causal_mask(
             config=self.config,
             inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,
             cache=cache,
-            position_ids=position_ids,
+            position_ids=position_ids,  # restarting positions without a mask or cache: packed rows
         )
 
         hidden_states = inputs_embeds
@@ -291,15 +313,40 @@ class MiniGPTModel(MiniGPTPreTrainedModel):
             )
         return BaseModelOutputWithPast(last_hidden_state=self.ln_f(hidden_states), cache=cache)
 
+    def _check_learned_positions(
+        self, position_ids: torch.Tensor | None, past_length: int | torch.Tensor, seq_length: int
+    ) -> None:
+        """Refuse positions past the end of the learned table (its rows are positions 0..max - 1).
+
+        Default positions end at past + T - 1, known without reading the device when the cache is
+        dynamic; given positions (packed rows, generate) are read. `torch_compilable_check` makes this
+        a check inside the graph under torch.compile / torch.export rather than a Python branch on a
+        tensor value, so a static cache compiles with fullgraph=True.
+        """
+        limit = self.config.max_position_embeddings
+        last = position_ids.max() if position_ids is not None else past_length + seq_length - 1
+        torch_compilable_check(
+            last < limit,
+            lambda: (
+                f"position {int(last)} is past the last learned position {limit - 1} "
+                f"(max_position_embeddings={limit}; {int(past_length)} cached + {seq_length} new tokens): "
+                "shorten the prompt or max_new_tokens"
+            ),
+        )
+
     @staticmethod
     def _default_position_ids(
-        attention_mask: torch.Tensor | None, past_length: int, seq_length: int, device: torch.device
+        attention_mask: torch.Tensor | None,
+        past_length: int | torch.Tensor,
+        seq_length: int,
+        device: torch.device,
     ) -> torch.LongTensor:
         """Positions count real tokens only, so a left-padded prompt gets the positions it has alone."""
         if attention_mask is not None and attention_mask.dim() == 2:
             positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, S)
             return positions[:, -seq_length:]
-        return torch.arange(past_length, past_length + seq_length, device=device).unsqueeze(0)  # (1, T)
+        # arange + offset rather than arange(offset, ...): the offset may be a tensor (static cache).
+        return (torch.arange(seq_length, device=device) + past_length).unsqueeze(0)  # (1, T)
 
 
 class MiniGPTForCausalLM(MiniGPTPreTrainedModel, GenerationMixin):
@@ -314,6 +361,7 @@ class MiniGPTForCausalLM(MiniGPTPreTrainedModel, GenerationMixin):
         self.post_init()
 
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @can_return_tuple  # return_dict=False gives a tuple, as every transformers model does
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,  # (B, T)
@@ -333,6 +381,7 @@ class MiniGPTForCausalLM(MiniGPTPreTrainedModel, GenerationMixin):
             cache=cache,
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
+            return_dict=True,  # the trunk's fields by name, whatever config.return_dict says
             **kwargs,
         )
         hidden_states = outputs.last_hidden_state  # (B, T, C)
@@ -350,7 +399,13 @@ class MiniGPTForCausalLM(MiniGPTPreTrainedModel, GenerationMixin):
             loss = self.loss_function(
                 logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs
             )
-        return CausalLMOutputWithPast(loss=loss, logits=logits, cache=outputs.cache)
+        return CausalLMOutputWithPast(
+            loss=loss,
+            logits=logits,
+            cache=outputs.cache,
+            hidden_states=outputs.hidden_states,  # (B, T, C) x (L + 1) when asked for
+            attentions=outputs.attentions,  # (B, nh, T, S) x L when asked for (eager attention)
+        )
 
 
 __all__ = ["MiniGPTForCausalLM", "MiniGPTModel", "MiniGPTPreTrainedModel"]
