@@ -21,6 +21,9 @@ from .settings import DataSettings, TokenizerSettings
 from .sources import iter_texts, load_raw_corpus
 
 TRAINING_RECORD = "minigpt_tokenizer.json"  # settings a saved tokenizer was trained with
+# How a tokenizer was loaded, which from_pretrained records among its init arguments and
+# save_pretrained would then write into tokenizer_config.json: not a property of the tokenizer.
+LOAD_ONLY_KEYS = ("is_local", "local_files_only")
 
 
 def train_tokenizer(
@@ -72,7 +75,10 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
     path = Path(path)
     if not (path / "tokenizer.json").is_file():
         raise ConfigError(f"no tokenizer at {path} (tokenizer.json missing)")
-    return PreTrainedTokenizerFast.from_pretrained(str(path))
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(path))
+    for key in LOAD_ONLY_KEYS:
+        tokenizer.init_kwargs.pop(key, None)
+    return tokenizer
 
 
 def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerFast) -> str:

@@ -228,7 +228,8 @@ def render_model_card(facts: CardFacts) -> str:
         "## Usage",
         "```python\n"
         "from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline\n\n"
-        f'tokenizer = AutoTokenizer.from_pretrained("{facts.repo_id}")\n'
+        # AutoTokenizer reads config.json (which names the model's code) first: trusted, it does not ask.
+        f'tokenizer = AutoTokenizer.from_pretrained("{facts.repo_id}", trust_remote_code=True)\n'
         f'model = AutoModelForCausalLM.from_pretrained("{facts.repo_id}", trust_remote_code=True)\n'
         'inputs = tokenizer("ROMEO:", return_tensors="pt")\n'
         f"output = model.generate(**inputs, max_new_tokens={new_tokens}, do_sample=True, top_k=50)\n"

@@ -100,10 +100,30 @@ def _first_file(name: str, *folders: Path | None) -> Path | None:
     return None
 
 
-def _generation_config_text(config: dict) -> str:
-    """A generation_config.json for a model folder saved without one (token ids only)."""
-    keys = ("bos_token_id", "eos_token_id", "pad_token_id")
-    return json.dumps({k: config.get(k) for k in keys if config.get(k) is not None}, indent=2) + "\n"
+def _generation_config_file(model_dir: Path, staging: Path, config: dict) -> Path:
+    """The folder's generation_config.json, or one written to `staging` that bounds the length.
+
+    A model used with defaults must not generate past its context: a pipeline with no length
+    set adds 256 tokens. A folder saved without a generation config (or by an older MiniGPT,
+    with token ids only) gets `max_length` = the model's context added; one that sets a length
+    is published as it is.
+    """
+    existing = model_dir / "generation_config.json"
+    try:
+        values = json.loads(existing.read_text()) if existing.is_file() else {}
+    except json.JSONDecodeError as err:
+        raise PublishError(f"{existing} is not valid JSON: {err}") from None
+    bounded = "max_length" in values or "max_new_tokens" in values
+    if existing.is_file() and bounded:
+        return existing
+    if not bounded and config.get("max_position_embeddings"):
+        values["max_length"] = config["max_position_embeddings"]  # prompt + new tokens
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        if config.get(key) is not None:
+            values.setdefault(key, config[key])
+    written = staging / "generation_config.json"
+    written.write_text(json.dumps(values, indent=2, sort_keys=True) + "\n")
+    return written
 
 
 def collect_files(source: str | os.PathLike, staging: Path, repo_id: str, license: str) -> dict[str, Path]:
@@ -125,11 +145,7 @@ def collect_files(source: str | os.PathLike, staging: Path, repo_id: str, licens
     files.update(_tokenizer_files(model_dir))
     files.update(_source_files(model_dir, config))
 
-    generation_config = model_dir / "generation_config.json"
-    if not generation_config.is_file():
-        generation_config = staging / "generation_config.json"
-        generation_config.write_text(_generation_config_text(config))
-    files["generation_config.json"] = generation_config
+    files["generation_config.json"] = _generation_config_file(model_dir, staging, config)
 
     run_config = None
     resolved = _first_file(RESOLVED_CONFIG_NAME, model_dir, run_dir)

@@ -24,6 +24,7 @@ import yaml
 from torch import nn
 from transformers import (
     AutoModelForCausalLM,
+    GenerationConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
     TrainerCallback,
@@ -216,7 +217,30 @@ def check_optimizer_name(training: TrainingSettings) -> None:
 def build_model(run: RunConfig, tokenizer: PreTrainedTokenizerBase) -> PreTrainedModel:
     """A freshly initialised MiniGPT sized to the tokenizer (len(tokenizer) tokens, its special ids)."""
     config = build_model_config(run.model, tokenizer)
-    return AutoModelForCausalLM.from_config(config, attn_implementation=run.hardware.attn_implementation)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=run.hardware.attn_implementation)
+    model.generation_config = generation_defaults(config, run.training)  # saved with every checkpoint
+    return model
+
+
+def generation_defaults(model_config: MiniGPTConfig, training: TrainingSettings) -> GenerationConfig:
+    """What `generate()` and `pipeline("text-generation")` use when the caller sets nothing.
+
+    The run's sample settings (greedy when training.sample_temperature is 0; top_k 0 is no top-k
+    cut), and sequences no longer than the model's context: with no length of its own, the
+    pipeline would add 256 new tokens, past the last learned position.
+    """
+    sampling = (
+        {"do_sample": True, "temperature": training.sample_temperature, "top_k": training.sample_top_k or 0}
+        if training.sample_temperature > 0
+        else {"do_sample": False}
+    )
+    return GenerationConfig(
+        max_length=model_config.max_position_embeddings,  # prompt + new tokens
+        bos_token_id=model_config.bos_token_id,
+        eos_token_id=model_config.eos_token_id,
+        pad_token_id=model_config.pad_token_id,
+        **sampling,
+    )
 
 
 def build_trainer(
@@ -317,6 +341,9 @@ def run_training(
 
     set_seed(run.training.seed)  # the model's initial weights depend only on the seed
     model = build_model(run, tokenizer)
+    # The tokenizer saved beside the model (checkpoints, final/) states the model's context, so
+    # `truncation=True` and pipelines cut prompts to what the model takes (not 1e30 tokens).
+    tokenizer.model_max_length = model.config.max_position_embeddings
     check_compatible(  # vocabulary, special ids, block size and the blocks' tokenizer all agree
         tokenizer,
         model.config.vocab_size,
@@ -464,6 +491,7 @@ __all__ = [
     "build_model",
     "build_trainer",
     "build_training_arguments",
+    "generation_defaults",
     "run_training",
     "save_final_model",
 ]
