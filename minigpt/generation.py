@@ -111,6 +111,10 @@ def generate_samples(
             f"prompt ({input_ids.shape[1]} tokens) + max_new_tokens ({generation_config.max_new_tokens}) "
             f"exceeds the model's context of {context} tokens"
         )
+    # As one total length: the model's generation config sets max_length (its context), and
+    # transformers warns at every call that also sets max_new_tokens.
+    generation_config.max_length = input_ids.shape[1] + generation_config.max_new_tokens
+    generation_config.max_new_tokens = None
     if generation_config.pad_token_id is None:
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         generation_config.pad_token_id = pad_id

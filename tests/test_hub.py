@@ -159,6 +159,11 @@ def test_model_card_has_metadata_and_body(published):
     assert f"{params:,} parameters" in body
     assert "![training and validation loss](loss.png)" in body
     assert f'AutoModelForCausalLM.from_pretrained("{REPO}", trust_remote_code=True)' in body
+    assert f'AutoTokenizer.from_pretrained("{REPO}", trust_remote_code=True)' in body
+    # The run folder was saved without a length: the published generation config bounds it by the
+    # context, so generate() and pipelines with defaults stop at the last learned position.
+    generation_config = json.loads((snapshot / "generation_config.json").read_text())
+    assert (generation_config["max_length"], generation_config["eos_token_id"]) == (64, 0)
     assert "| learning_rate | `0.001` |" in body and "| hidden_size | `32` |" in body
     assert "blocks of 32 tokens" in body
     assert "| output_dir |" not in body and "| path |" not in body  # no paths of the training machine
@@ -189,7 +194,7 @@ logits = {{}}
 for revision in ("v1", "v2", "main"):
     model = AutoModelForCausalLM.from_pretrained(repo, revision=revision, trust_remote_code=True)
     assert not type(model).__module__.startswith("minigpt"), type(model).__module__
-    tokenizer = AutoTokenizer.from_pretrained(repo, revision=revision)
+    tokenizer = AutoTokenizer.from_pretrained(repo, revision=revision, trust_remote_code=True)
     ids = tokenizer({PROMPT!r}, return_tensors="pt").input_ids
     logits[revision] = model(ids).logits[0].detach().contiguous()
 save_file(logits, {str(out)!r})
@@ -204,11 +209,18 @@ print("CARD SNIPPET OK")
     )
     env = dict(subprocess_env, HF_HUB_CACHE=str(published["hub"]), HF_HUB_OFFLINE="1")
     result = subprocess.run(
-        [PYTHON, "-c", child], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        [PYTHON, "-c", child],
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,  # a prompt for input would read end-of-file, not wait
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "Do you wish to run the custom code" not in result.stdout + result.stderr
     assert f"GENERATED:{expected_text!r}" in result.stdout
-    assert "CARD SNIPPET OK" in result.stdout
+    assert "CARD SNIPPET OK" in result.stdout  # generate() and the pipeline with the saved defaults
     loaded = load_file(out)
     for revision, logits in expected.items():
         assert torch.equal(loaded[revision], logits), revision

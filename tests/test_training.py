@@ -89,7 +89,7 @@ def assert_complete_run(output_dir: Path, max_steps: int) -> list[dict]:
 
 
 def assert_final_model_loads_and_generates(final_dir: Path) -> None:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 
     model = AutoModelForCausalLM.from_pretrained(final_dir, trust_remote_code=True)
     tokenizer = AutoTokenizer.from_pretrained(final_dir, trust_remote_code=True)
@@ -98,6 +98,24 @@ def assert_final_model_loads_and_generates(final_dir: Path) -> None:
     assert output.shape == (1, inputs["input_ids"].shape[1] + 8)
     assert tokenizer.decode(output[0]).startswith("ROMEO:")
     assert model.config.use_cache is True
+
+    # Used with defaults it must not run past the context: generation_config.json has the run's
+    # sampling (smoke.yaml keeps temperature 0.8, top_k 50) and max_length = the 64 positions; the
+    # tokenizer states the same context and none of the keys that only say how it was loaded.
+    for folder in (final_dir, *sorted(final_dir.parent.glob("checkpoint-*"))):
+        generation = json.loads((folder / "generation_config.json").read_text())
+        assert {k: generation.get(k) for k in ("max_length", "do_sample", "temperature", "top_k")} == {
+            "max_length": 64,
+            "do_sample": True,
+            "temperature": 0.8,
+            "top_k": 50,
+        }, folder
+        tokenizer_config = json.loads((folder / "tokenizer_config.json").read_text())
+        assert tokenizer_config["model_max_length"] == 64, folder
+        assert not {"is_local", "local_files_only"} & tokenizer_config.keys(), folder
+    generator = pipeline("text-generation", model=str(final_dir), trust_remote_code=True)
+    generated = generator("ROMEO:", return_tensors=True)[0]["generated_token_ids"]
+    assert inputs["input_ids"].shape[1] < len(generated) <= 64
 
 
 def child_env(tmp_path: Path) -> dict[str, str]:

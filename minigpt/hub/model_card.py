@@ -222,8 +222,6 @@ def render_model_card(facts: CardFacts) -> str:
     if facts.loss_curve:
         parts += ["### Loss curve", f"![training and validation loss]({facts.loss_curve})"]
 
-    # Generate at most half the context: learned position embeddings end at max_position_embeddings.
-    new_tokens = max(1, min(100, int(config.get("max_position_embeddings") or 200) // 2))
     parts += [
         "## Usage",
         "```python\n"
@@ -232,10 +230,10 @@ def render_model_card(facts: CardFacts) -> str:
         f'tokenizer = AutoTokenizer.from_pretrained("{facts.repo_id}", trust_remote_code=True)\n'
         f'model = AutoModelForCausalLM.from_pretrained("{facts.repo_id}", trust_remote_code=True)\n'
         'inputs = tokenizer("ROMEO:", return_tensors="pt")\n'
-        f"output = model.generate(**inputs, max_new_tokens={new_tokens}, do_sample=True, top_k=50)\n"
+        "output = model.generate(**inputs)  # generation_config.json: the run's sampling, up to the context\n"
         "print(tokenizer.decode(output[0]))\n\n"
         f'generator = pipeline("text-generation", model="{facts.repo_id}", trust_remote_code=True)\n'
-        f'print(generator("ROMEO:", max_new_tokens={new_tokens})[0]["generated_text"])\n'
+        'print(generator("ROMEO:")[0]["generated_text"])\n'
         "```",
         (
             "Offline, from a local hub folder written by MiniGPT's `scripts/push.py`: set "

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from transformers import PretrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+from transformers.utils.versions import require_version
 
+# Also for remote-code users, who never see setup.cfg: on 5.23 the forward fails obscurely
+# (`create_causal_mask() got an unexpected keyword argument 'cache'`).
+require_version("transformers>=5.24", "MiniGPT's model code uses the cache and output-capture API of 5.24")
 POSITION_EMBEDDING_TYPES = ("learned", "rope")
 ROPE_TYPES = ("default", *ROPE_INIT_FUNCTIONS)  # "default" is plain RoPE; the others scale it (Llama's set)
 

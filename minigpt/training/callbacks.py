@@ -228,7 +228,9 @@ def generate_samples(
                 output = model.generate(
                     input_ids=ids,
                     attention_mask=torch.ones_like(ids),
-                    max_new_tokens=max_new_tokens,
+                    # A total length, not max_new_tokens: the model's generation config sets
+                    # max_length (its context), and transformers warns at every call that sets both.
+                    max_length=ids.shape[1] + max_new_tokens,
                     use_cache=True,
                     pad_token_id=tokenizer.pad_token_id,
                     **(sampling if temperature > 0 else {"do_sample": False}),

@@ -58,7 +58,9 @@ class ModelSettings:
     intermediate_size: int | None = None  # MLP width; None means 4 * hidden_size (GPT-2)
     max_position_embeddings: int = 256  # longest sequence (prompt + generated) the model accepts
     position_embedding_type: str = "learned"  # "learned" (GPT-2) or "rope" (rotary, RoFormer)
-    rope_theta: float = 10000.0  # rotary base frequency, used when position_embedding_type == "rope"
+    # Rotary settings for "rope", in transformers' format ({rope_type: linear, factor: 4.0, rope_theta:
+    # ...}); null is plain RoPE with rope_theta 10000. Checked in full when the model is built.
+    rope_parameters: dict | None = None
     hidden_act: str = "gelu_pytorch_tanh"  # MLP activation, any name in transformers' ACT2FN
     hidden_dropout: float = 0.0  # dropout on embeddings and residual branches
     attention_dropout: float = 0.0  # dropout on attention probabilities
@@ -100,7 +102,7 @@ class ModelSettings:
             require(
                 0.0 <= getattr(self, name) < 1.0, f"model.{name}", "must be in [0, 1)", getattr(self, name)
             )
-        for name in ("layer_norm_epsilon", "initializer_range", "rope_theta"):
+        for name in ("layer_norm_epsilon", "initializer_range"):
             require(getattr(self, name) > 0, f"model.{name}", "must be positive", getattr(self, name))
 
 
