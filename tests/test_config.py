@@ -80,6 +80,21 @@ def test_model_section_mirrors_miniGPTConfig_fields():
         assert str(settings_field.type) == str(MiniGPTConfig.__annotations__[name]), name
 
 
+def test_rope_parameters_reach_the_model_and_a_bad_one_names_the_key():
+    from conftest import build_tiny_tokenizer
+
+    from minigpt.training.trainer import build_model_config
+
+    rope = ["model.position_embedding_type=rope"]
+    run = load_run_config(SMOKE, [*rope, "model.rope_parameters={rope_type: linear, factor: 2.0}"])
+    config = build_model_config(run.model, build_tiny_tokenizer())
+    assert config.rope_parameters == {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}
+    assert run.model.rope_parameters == {"rope_type": "linear", "factor": 2.0}  # the run config as written
+    run = load_run_config(SMOKE, [*rope, "model.rope_parameters={rope_type: linear}"])
+    with pytest.raises(ConfigError, match=r"model\.rope_parameters: .*'factor'"):
+        build_model_config(run.model, build_tiny_tokenizer())
+
+
 def test_overrides_are_typed_by_the_schema():
     run = load_run_config(
         SMOKE,

@@ -3,6 +3,9 @@
 GPT-2's architecture (pre-norm blocks, learned positions, GELU MLP, tied embeddings) with a fused
 QKV projection, rotary positions as an option, and attention through transformers' attention
 interface so `eager`, `sdpa` and flash attention are selectable with `attn_implementation`.
+Hidden states and attention weights are collected by transformers' output-capturing hooks
+(`_can_record_outputs`), rotary tables come from `rope_parameters` through transformers' rope
+functions, and nothing branches in Python on a tensor value, so a static cache compiles whole.
 
 This file imports only torch, transformers and its sibling `configuration_minigpt.py` (relative
 import), so `save_pretrained` can ship both as remote code.
@@ -308,6 +311,7 @@ class MiniGPTModel(MiniGPTPreTrainedModel):
                 hidden_states,
                 attention_mask=causal_mask,
                 position_embeddings=position_embeddings,
+                position_ids=position_ids,  # flash attention finds packed rows from these (varlen)
                 cache=cache,
                 **kwargs,
             )
