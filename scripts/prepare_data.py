@@ -4,8 +4,9 @@
         [--validation PATH ...] [--block-size N] [--vocab-size N] [--tokenizer DIR] [--streaming]
 
 Settings come from CONFIG (default configs/shakespeare.yaml), then overrides, then flags. The
-tokenizer at tokenizer.path is used, or trained on the training split first. A second run with
-the same inputs and settings reuses the cached blocks; it prints where they live.
+tokenizer at tokenizer.path is used if it was trained on this data with these settings (else the
+script stops with one line: give another --tokenizer DIR), or trained on the training split first.
+A second run with the same inputs and settings reuses the cached blocks; it prints where they live.
 """
 
 from __future__ import annotations

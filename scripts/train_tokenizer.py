@@ -4,8 +4,9 @@
         [--vocab-size N] [--min-frequency N] [--out DIR] [--retrain]
 
 Settings come from CONFIG (default configs/shakespeare.yaml), then overrides, then flags. An
-existing tokenizer at the output folder is kept (and checked against the settings) unless
---retrain is given; the folder is replaced atomically.
+existing tokenizer at the output folder is kept: it is used if it was trained on this data with
+these settings, else the script stops with one line (train a new one elsewhere with --out DIR).
+--retrain replaces it, atomically; runs trained with the old one then no longer match it.
 """
 
 from __future__ import annotations
@@ -24,14 +25,17 @@ def main(argv: list[str] | None = None) -> int:
     add_common_arguments(parser)
     parser.add_argument("--min-frequency", type=int, help="a pair must occur this often to be merged")
     parser.add_argument("--out", help="folder to save the tokenizer in (tokenizer.path)")
-    parser.add_argument("--retrain", action="store_true", help="train again even if a tokenizer exists")
+    parser.add_argument(
+        "--retrain",
+        action="store_true",
+        help="replace the tokenizer at --out (runs trained with it no longer match it)",
+    )
     args = parser.parse_args(argv)
     run = load_settings(args, parser)
 
     from minigpt.data.tokenizer import load_or_train_tokenizer
 
-    tokenizer = load_or_train_tokenizer(run.tokenizer, run.data, retrain=args.retrain)
-    print(f"tokenizer: {run.tokenizer.path} ({len(tokenizer)} tokens, eos id {tokenizer.eos_token_id})")
+    load_or_train_tokenizer(run.tokenizer, run.data, retrain=args.retrain)  # prints what it trained or found
     return 0
 
 

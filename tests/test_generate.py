@@ -102,3 +102,25 @@ def test_bad_settings_are_user_errors(run, settings, match):
     location = resolve_model(run)
     with pytest.raises(ConfigError, match=match):
         generate_samples(load_model(location), load_tokenizer(location), "x", settings, stream=False)
+
+
+@pytest.mark.parametrize(
+    "model, says",
+    [
+        ("runs/nothere", "no model at runs/nothere: not a folder, and not a repo id in hub folder hub/"),
+        ("./runs/nothere", "no model at ./runs/nothere: no such folder"),
+        ("runs/a/nothere", "no model at runs/a/nothere: no such folder"),
+        ("nothere", "no model at nothere: no such folder (a repo id reads ORG/NAME)"),
+    ],
+)
+def test_a_missing_model_names_both_readings_in_one_line(model, says, tmp_path, monkeypatch, capsys):
+    import runpy
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)  # the default hub folder: ./hub
+    monkeypatch.setattr("sys.argv", [str(GENERATE), model])
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_path(str(GENERATE), run_name="__main__")
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == f"error: {says}\n"
+    assert list(tmp_path.iterdir()) == []  # no hub folder made on the way

@@ -149,7 +149,7 @@ def test_model_card_has_metadata_and_body(published):
     data = card.data.to_dict()
     assert data["library_name"] == "transformers"
     assert data["license"] == "apache-2.0"
-    assert "minigpt" in data["tags"] and data["datasets"] == ["corpus"]
+    assert "minigpt" in data["tags"] and "datasets" not in data  # a local file is no hub dataset
     metrics = {m["type"]: m["value"] for m in data["model-index"][0]["results"][0]["metrics"]}
     assert metrics == {"loss": 5.1, "perplexity": 164.0, "bits_per_byte": 4.41}  # the step-10 record
 
@@ -166,9 +166,12 @@ def test_model_card_has_metadata_and_body(published):
     assert (generation_config["max_length"], generation_config["eos_token_id"]) == (64, 0)
     assert "| learning_rate | `0.001` |" in body and "| hidden_size | `32` |" in body
     assert "blocks of 32 tokens" in body
+    assert "Trained on `corpus.txt` (30,000 bytes); validation on the last 10% of that text" in body
+    assert "Measured on the validation split during training, at step 10." in body
     assert "| output_dir |" not in body and "| path |" not in body  # no paths of the training machine
     resolved = yaml.safe_load((snapshot / "resolved_config.yaml").read_text())
-    assert resolved["data"]["block_size"] == 32
+    assert resolved["data"]["block_size"] == 32 and resolved["data"]["train_files"] == ["corpus.txt"]
+    assert "cache_dir" not in resolved["data"] and "output_dir" not in resolved["training"]
 
 
 def test_both_revisions_load_by_repo_id_offline_without_minigpt(published, tmp_path, subprocess_env):
@@ -415,3 +418,70 @@ def test_file_names_match_what_training_writes():
     assert publishing.RESOLVED_CONFIG_NAME == RESOLVED_CONFIG_NAME
     assert publishing.LOSS_CURVE_NAME == training.LOSS_PLOT_FILE
     assert training.FINAL_DIR == "final"
+
+
+def test_a_run_with_local_paths_publishes_none_of_them(tmp_path, monkeypatch):
+    """A real (tiny) run with absolute and `../` paths: no published file names a local folder."""
+    from minigpt.training.run_config import build_run_config, load_run_config
+    from minigpt.training.trainer import run_training
+
+    text = (REPO_ROOT / "data" / "tinyshakespeare.txt").read_text()
+    data_dir, work = tmp_path / "data-q7x", tmp_path / "work-q7x"
+    data_dir.mkdir(), work.mkdir()
+    (data_dir / "train.txt").write_text(text[:40_000])
+    (data_dir / "valid.txt").write_text(text[40_000:44_000])
+    monkeypatch.chdir(work)  # the validation file is given relative to it, as ../data-q7x/valid.txt
+    run_dir = tmp_path / "run-q7x"
+    overrides = [
+        f"training.output_dir={run_dir}",
+        f"tokenizer.path={tmp_path / 'tok-q7x'}",
+        f"data.cache_dir={tmp_path / 'cache-q7x'}",
+        f"data.train_files=[{data_dir / 'train.txt'}]",
+        "data.validation_files=[../data-q7x/valid.txt]",
+        f"hardware.profile={REPO_ROOT / 'configs' / 'hardware' / 'cpu.yaml'}",
+        "training.max_steps=4",
+        "training.warmup_steps=1",
+        "training.eval_steps=4",
+        "training.save_steps=4",
+        "training.sample_steps=0",
+        "tokenizer.show_progress=false",
+        "data.show_progress=false",
+    ]
+    run_training(load_run_config(REPO_ROOT / "configs" / "smoke.yaml", overrides))
+    commit = publish(run_dir, "me/portable", tmp_path / "hub")
+    snapshot = commit.snapshot_dir(tmp_path / "hub", "me/portable")
+
+    local = [str(tmp_path), "/tmp", "../", "q7x"]  # q7x: every local folder's name, none a file's
+    texts = {}
+    for path in sorted(snapshot.iterdir()):
+        try:
+            texts[path.name] = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            assert path.suffix in (".safetensors", ".png"), path.name
+    assert {"README.md", "resolved_config.yaml", "config.json", "tokenizer_config.json"} <= texts.keys()
+    leaks = {name: [m for m in local if m in text] for name, text in texts.items()}
+    assert {name: found for name, found in leaks.items() if found} == {}
+    assert "is_local" not in texts["tokenizer_config.json"]  # transformers' loading state
+
+    card = ModelCard.load(snapshot / "README.md")
+    assert "datasets" not in card.data.to_dict()
+    assert "Trained on `train.txt` (40,000 bytes); validation on `valid.txt` (4,000 bytes)." in card.text
+    resolved = yaml.safe_load(texts["resolved_config.yaml"])
+    assert resolved["data"]["train_files"] == ["train.txt"]
+    assert resolved["data"]["validation_files"] == ["valid.txt"]
+    assert "#   train: train.txt (40,000 bytes)" in texts["resolved_config.yaml"]
+    rebuilt = build_run_config(resolved)  # still a run config: the dropped folders take their defaults
+    assert rebuilt.training.max_steps == 4 and rebuilt.training.output_dir == "runs/minigpt"
+
+
+def test_a_local_path_left_in_a_published_file_refuses_the_push(tmp_path):
+    run = make_run(tmp_path, tokenizer=build_tiny_tokenizer())
+    for config_file in (run / "resolved_config.yaml", run / "final" / "resolved_config.yaml"):
+        config = yaml.safe_load(config_file.read_text())
+        config["training"]["sample_prompts"] = [f"see {run}/notes"]  # no path key, but a path all the same
+        config_file.write_text(yaml.safe_dump(config))
+    with pytest.raises(
+        MiniGPTUserError, match=f"refusing to publish README.md: it names the local path {tmp_path}"
+    ):
+        publish(run, REPO, tmp_path / "hub")
+    assert not (tmp_path / "hub").exists()

@@ -140,3 +140,177 @@ def test_trains_on_train_split_only_then_reuses(tmp_path):
     assert again.get_vocab() == tok.get_vocab()
     with pytest.raises(ConfigError, match="vocab_size"):
         load_or_train_tokenizer(TokenizerSettings(path=settings.path, vocab_size=500), data)
+
+
+# ---- what a tokenizer was trained on: printed, checked, never silently reused on other data ------
+
+
+def provenance_setup(tmp_path: Path) -> tuple[TokenizerSettings, DataSettings, Path]:
+    """A tokenizer trained on `a.txt` (20,000 bytes, last 10% held out), and its settings."""
+    corpus = tmp_path / "data" / "a.txt"
+    corpus.parent.mkdir()
+    corpus.write_text(SAMPLE[:20_000], encoding="utf-8")
+    data = DataSettings(train_files=[str(corpus)], cache_dir=str(tmp_path / "cache"), show_progress=False)
+    settings = TokenizerSettings(path=str(tmp_path / "tok"), vocab_size=300, show_progress=False)
+    load_or_train_tokenizer(settings, data)
+    return settings, data, corpus
+
+
+def test_reuse_on_the_same_data_prints_what_the_tokenizer_was_trained_on(tmp_path, capsys):
+    settings, data, corpus = provenance_setup(tmp_path)
+    record = json.loads((tmp_path / "tok" / TRAINING_RECORD).read_text())["trained_on"]
+    assert record["files"] == [{"name": "a.txt", "bytes": 20_000}]  # the file name, never its folder
+    assert record["split"] == {"format": "text", "validation_split": "tail", "validation_fraction": 0.1}
+    assert 17_000 < record["train_bytes"] < 18_500  # ~90% of the bytes, cut at a line end
+    assert str(tmp_path) not in json.dumps(record)
+    capsys.readouterr()
+
+    load_or_train_tokenizer(settings, data)
+    expected = f"tokenizer {settings.path}: 300 tokens, trained on a.txt (20,000 bytes), train split {record['train_bytes']:,} bytes"
+    assert capsys.readouterr().out.splitlines() == [expected]
+
+    # The same bytes under another folder are the same data: the fingerprint holds no folder.
+    moved = tmp_path / "elsewhere" / "a.txt"
+    moved.parent.mkdir()
+    moved.write_bytes(corpus.read_bytes())
+    load_or_train_tokenizer(settings, DataSettings(train_files=[str(moved)], show_progress=False))
+    assert capsys.readouterr().out.splitlines() == [expected]
+
+
+@pytest.mark.parametrize("change", ["other-file", "edited-file", "validation-fraction", "vocab-size"])
+def test_other_data_or_settings_refuse_and_leave_the_tokenizer_untouched(tmp_path, change):
+    from hub_fixtures import tree_digest
+
+    settings, data, corpus = provenance_setup(tmp_path)
+    before = tree_digest(tmp_path / "tok")
+    if change == "other-file":
+        other = tmp_path / "b.py"
+        other.write_text("def f(x):\n    return x\n" * 500)
+        data.train_files = [str(other)]
+        wanted = "was trained on a.txt (20,000 bytes), not on b.py (11,500 bytes)"
+    elif change == "edited-file":
+        corpus.write_text(SAMPLE[:19_000] + "x" * 1_000, encoding="utf-8")  # same name and size
+        wanted = "was trained on a.txt (20,000 bytes) as it was then (its content has changed since)"
+    elif change == "validation-fraction":
+        data.validation_fraction = 0.2
+        wanted = "with data.validation_fraction 0.1 (this config: 0.2)"
+    else:
+        settings.vocab_size = 320
+        wanted = "with tokenizer.vocab_size 300 (this config: 320)"
+    with pytest.raises(ConfigError) as error:
+        load_or_train_tokenizer(settings, data)
+    message = str(error.value)
+    assert wanted in message and "\n" not in message, message
+    assert f"tokenizer.path={tmp_path}/" in message and "tokenizer.reuse=always" in message
+    assert "delete" not in message and "--retrain" not in message  # advice that would break other runs
+    assert tree_digest(tmp_path / "tok") == before
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.endswith("tokenizer")) == []
+    if change == "other-file":  # a training run suggests a folder of its own
+        own = str(tmp_path / "run" / "tokenizer")
+        with pytest.raises(ConfigError, match=f"e.g. tokenizer.path={own}\\)"):
+            load_or_train_tokenizer(settings, data, new_path=own)
+
+
+def test_explicit_reuse_uses_a_tokenizer_trained_on_other_data(tmp_path, capsys):
+    settings, data, _ = provenance_setup(tmp_path)
+    trained = load_tokenizer(settings.path)
+    other = tmp_path / "b.txt"
+    other.write_text(SAMPLE[30_000:40_000], encoding="utf-8")
+    data.train_files = [str(other)]
+    settings.reuse = "always"
+    capsys.readouterr()
+    reused = load_or_train_tokenizer(settings, data)
+    assert reused.get_vocab() == trained.get_vocab()
+    out = capsys.readouterr().out
+    assert out.startswith(f"tokenizer {settings.path}: 300 tokens, trained on a.txt (20,000 bytes)")
+    assert out.rstrip().endswith("reused for this run's data and settings (tokenizer.reuse=always)")
+    with pytest.raises(ConfigError, match="tokenizer.reuse must be one of matching, always"):
+        TokenizerSettings(reuse="yes").validate()
+
+
+def test_a_tokenizer_made_elsewhere_is_used_as_it_is(tokenizer, tmp_path, capsys):
+    save_tokenizer(tokenizer, tmp_path / "tok")  # no settings: no training record
+    data = DataSettings(train_files=[str(SHAKESPEARE)], show_progress=False)
+    loaded = load_or_train_tokenizer(TokenizerSettings(path=str(tmp_path / "tok"), vocab_size=300), data)
+    assert len(loaded) == 400  # its own size, not the config's
+    assert capsys.readouterr().out.splitlines() == [
+        f"tokenizer {tmp_path / 'tok'}: 400 tokens, made elsewhere (no training record), used as it is"
+    ]
+
+
+def test_prepare_data_with_other_data_refuses_in_one_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from hub_fixtures import tree_digest
+
+    settings, _, _ = provenance_setup(tmp_path)
+    other = tmp_path / "other.txt"
+    other.write_text(SAMPLE[30_000:40_000], encoding="utf-8")
+    before = tree_digest(tmp_path)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(Path(__file__).resolve().parents[1] / "scripts" / "prepare_data.py"),
+            "tokenizer.vocab_size=300",
+            "--data",
+            str(other),
+            "--tokenizer",
+            settings.path,
+            "--cache-dir",
+            str(tmp_path / "cache"),
+        ],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false"),
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        f"error: the tokenizer at {settings.path} was trained on a.txt (20,000 bytes), not on other.txt "
+        "(10,000 bytes); other runs may use it, so it stays as it is. To train a new one, set another "
+        f"tokenizer.path (e.g. tokenizer.path={tmp_path / 'other-tokenizer'}); to use this one anyway, "
+        "set tokenizer.reuse=always"
+    ]
+    assert tree_digest(tmp_path) == before  # nothing written: no tokenizer, no cache, no new folder
+
+
+def test_training_on_other_data_refuses_before_writing_anything(tmp_path):
+    """scripts/train.py with another corpus and an existing tokenizer: one line, exit 2, no run folder."""
+    import os
+    import subprocess
+    import sys
+
+    from hub_fixtures import tree_digest
+
+    settings, _, _ = provenance_setup(tmp_path)
+    other = tmp_path / "other.txt"
+    other.write_text(SAMPLE[30_000:40_000], encoding="utf-8")
+    before = tree_digest(tmp_path)
+    repo = Path(__file__).resolve().parents[1]
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(repo / "scripts" / "train.py"),
+            str(repo / "configs" / "smoke.yaml"),
+            f"tokenizer.path={settings.path}",
+            "tokenizer.vocab_size=300",
+            f"data.train_files=[{other}]",
+            f"data.cache_dir={tmp_path / 'cache'}",
+            f"training.output_dir={tmp_path / 'run'}",
+        ],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false"),
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith(
+        f"error: the tokenizer at {settings.path} was trained on a.txt (20,000 bytes), not on"
+    )
+    assert f"tokenizer.path={tmp_path / 'run' / 'tokenizer'}" in line  # a folder of the new run's own
+    assert tree_digest(tmp_path) == before  # no run folder, no resolved config, no cache

@@ -14,6 +14,7 @@ from ..errors import ConfigError
 FORMATS = ("auto", "text", "json", "parquet", "arrow")
 DEFAULT_CORPUS = "data/tinyshakespeare.txt"  # shipped in the repository (relative to the working folder)
 BYTE_ALPHABET_SIZE = 256  # byte-level BPE starts from one token per byte value
+TOKENIZER_REUSE = ("matching", "always")  # values of tokenizer.reuse
 
 
 @dataclass
@@ -74,6 +75,7 @@ class TokenizerSettings:
     pad_token: str = "<|pad|>"  # padding for batched generation/eval; never inside training blocks
     extra_special_tokens: list[str] = field(default_factory=list)  # more special tokens, ids after eos, pad
     show_progress: bool = True  # show a progress bar while training
+    reuse: str = "matching"  # "matching": use the one at path only if trained on this data/settings; "always"
 
     def special_tokens(self) -> list[str]:
         """Special tokens in id order: eos = 0, pad = 1, then the extra ones."""
@@ -96,11 +98,15 @@ class TokenizerSettings:
             )
         if self.min_frequency < 1:
             raise ConfigError(f"tokenizer.min_frequency must be >= 1, got {self.min_frequency}")
+        if self.reuse not in TOKENIZER_REUSE:
+            raise ConfigError(
+                f"tokenizer.reuse must be one of {', '.join(TOKENIZER_REUSE)}, got {self.reuse!r}"
+            )
 
     def training_record(self) -> dict:
-        """The settings that change the trained tokenizer (not where it lives or how it shows progress)."""
+        """The settings that change the trained tokenizer (not where it lives, progress or reuse)."""
         record = asdict(self)
-        del record["path"], record["show_progress"]
+        del record["path"], record["show_progress"], record["reuse"]
         return record
 
 

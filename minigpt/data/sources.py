@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import hashlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ import pyarrow.compute as pc
 
 from ..errors import ConfigError, DataError, MiniGPTUserError
 from ..progress import datasets_progress_bars
+from .provenance import content_fingerprint
 from .settings import FORMATS, DataSettings
 
 SUFFIX_FORMATS = {".jsonl": "json", ".json": "json", ".ndjson": "json", ".parquet": "parquet"}
@@ -142,18 +142,6 @@ def detect_format(paths: list[Path], requested: str = "auto") -> str:
     if len(kinds) > 1:
         raise DataError(f"the data mixes formats ({', '.join(sorted(kinds))}); give one kind per split")
     return kinds.pop()
-
-
-def content_fingerprint(paths: list[Path]) -> str:
-    """A hash of the inputs' names, sizes and bytes (every file of a `save_to_disk` folder)."""
-    digest = hashlib.sha256()
-    for path in paths:
-        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-        for file in files:
-            digest.update(f"{file.resolve()}\0{file.stat().st_size}\0".encode())
-            with open(file, "rb") as handle:
-                digest.update(hashlib.file_digest(handle, "sha256").digest())
-    return digest.hexdigest()[:16]
 
 
 def _load(paths: list[Path], fmt: str, settings: DataSettings, role: str) -> _Loaded:

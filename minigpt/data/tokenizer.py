@@ -16,11 +16,13 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from ..atomic import atomic_output_dir
+from ..distributed import is_main_process
 from ..errors import ConfigError
+from .provenance import TrainingData, content_fingerprint, list_sources, split_settings
 from .settings import DataSettings, TokenizerSettings
-from .sources import iter_texts, load_raw_corpus
+from .sources import detect_format, iter_texts, load_raw_corpus, source_files
 
-TRAINING_RECORD = "minigpt_tokenizer.json"  # settings a saved tokenizer was trained with
+TRAINING_RECORD = "minigpt_tokenizer.json"  # the settings and data a saved tokenizer was trained with
 # How a tokenizer was loaded, which from_pretrained records among its init arguments and
 # save_pretrained would then write into tokenizer_config.json: not a property of the tokenizer.
 LOAD_ONLY_KEYS = ("is_local", "local_files_only")
@@ -59,14 +61,24 @@ def wrap_tokenizer(tokenizer: Tokenizer, settings: TokenizerSettings) -> PreTrai
 
 
 def save_tokenizer(
-    tokenizer: PreTrainedTokenizerFast, path: str | Path, settings: TokenizerSettings | None = None
+    tokenizer: PreTrainedTokenizerFast,
+    path: str | Path,
+    settings: TokenizerSettings | None = None,
+    trained_on: TrainingData | None = None,
 ) -> Path:
-    """Save `tokenizer` to the folder `path` atomically (whole or not at all); returns the folder."""
+    """Save `tokenizer` to the folder `path` atomically (whole or not at all); returns the folder.
+
+    With `settings`, a training record (`TRAINING_RECORD`) is written beside it: the settings it
+    was trained with and, with `trained_on`, the data it was trained on.
+    """
     with atomic_output_dir(path) as staging:
         tokenizer.save_pretrained(staging)
         if settings is not None:
-            record = json.dumps(settings.training_record(), indent=2, sort_keys=True)
-            (staging / TRAINING_RECORD).write_text(record + "\n", encoding="utf-8")
+            record = settings.training_record()
+            if trained_on is not None:
+                record["trained_on"] = trained_on.to_dict()
+            text = json.dumps(record, indent=2, sort_keys=True)
+            (staging / TRAINING_RECORD).write_text(text + "\n", encoding="utf-8")
     return Path(path)
 
 
@@ -88,38 +100,128 @@ def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerFast) -> str:
     return digest.hexdigest()[:16]
 
 
-def check_training_record(path: str | Path, settings: TokenizerSettings) -> None:
-    """Raise `ConfigError` if the tokenizer at `path` was trained with settings other than `settings`."""
+def training_data(data: DataSettings, train_bytes: int | None = None) -> TrainingData:
+    """What a tokenizer trained on `data`'s train split is trained on (reads every file to hash it)."""
+    train_paths, _ = source_files(data)
+    fmt = detect_format(train_paths, data.format)
+    return TrainingData(
+        files=list_sources(train_paths),
+        fingerprint=content_fingerprint(train_paths, portable=True),
+        split=split_settings(data, fmt),
+        train_bytes=train_bytes,
+    )
+
+
+def read_training_record(path: str | Path) -> dict | None:
+    """The training record saved beside the tokenizer at `path`, or None (a tokenizer made elsewhere)."""
     record_file = Path(path) / TRAINING_RECORD
     if not record_file.is_file():
-        return  # a tokenizer made elsewhere: used as it is
-    saved = json.loads(record_file.read_text(encoding="utf-8"))
-    wanted = settings.training_record()
-    changed = sorted(key for key in wanted.keys() | saved.keys() if saved.get(key) != wanted.get(key))
-    if changed:
-        details = ", ".join(
-            f"{key}: saved {saved.get(key)!r} vs config {wanted.get(key)!r}" for key in changed
-        )
+        return None
+    try:
+        record = json.loads(record_file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
         raise ConfigError(
-            f"the tokenizer at {path} was trained with other settings ({details}); "
-            "delete it or retrain it (scripts/train_tokenizer.py --retrain)"
+            f"{record_file} is not valid JSON ({err}); it is the tokenizer's training record"
+        ) from None
+    if not isinstance(record, dict):
+        raise ConfigError(f"{record_file} holds no training record (a JSON object)")
+    return record
+
+
+def suggest_new_path(settings: TokenizerSettings, data: DataSettings, preferred: str | None = None) -> str:
+    """A free folder for a new tokenizer: `preferred`, else one beside `settings.path` named after
+    the first train source."""
+    if preferred is not None and Path(preferred) != Path(settings.path) and not Path(preferred).exists():
+        return preferred
+    parts = []
+    for part in Path(data.train_files[0]).parts:  # up to the first glob part: "src/*.py" -> src
+        if any(char in part for char in "*?["):
+            break
+        parts.append(part)
+    name = Path(parts[-1]).stem if parts and parts[-1] not in ("/", ".", "..") else "new"
+    current = Path(settings.path)
+    beside = current.parent if current.name else current
+    for candidate in (f"{name}-tokenizer", f"{name}-{settings.vocab_size}-tokenizer"):
+        if not (beside / candidate).exists():
+            return str(beside / candidate)
+    return str(beside / "<name>-tokenizer")
+
+
+def check_training_record(
+    path: str | Path, settings: TokenizerSettings, data: DataSettings, new_path: str | None = None
+) -> str:
+    """Check that the tokenizer at `path` was trained on `data` with `settings`; returns what it was.
+
+    Raises a one-line `ConfigError` on a mismatch unless `settings.reuse == "always"`; the message
+    says how to train a new tokenizer without touching this one, which other runs may use (in
+    `new_path` when given and free).
+    The returned text describes its training ("trained on ..."), for the line a run prints.
+    """
+    record = read_training_record(path)
+    if record is None:
+        return "made elsewhere (no training record), used as it is"
+    problems = []
+    saved_settings = {key: value for key, value in record.items() if key != "trained_on"}
+    wanted = settings.training_record()
+    changed = sorted(
+        key for key in wanted.keys() | saved_settings.keys() if saved_settings.get(key) != wanted.get(key)
+    )
+    if changed:
+        details = (
+            f"tokenizer.{k} {saved_settings.get(k)!r} (this config: {wanted.get(k)!r})" for k in changed
         )
+        problems.append("with " + ", ".join(details))
+    saved_data = TrainingData.from_dict(record["trained_on"]) if "trained_on" in record else None
+    if saved_data is not None:
+        current = training_data(data)
+        if not saved_data.same_text(current):
+            problems.insert(0, f"on {saved_data.differences(current)}")
+        described = f"trained on {saved_data.describe()}"
+    else:
+        described = "trained on data it has no record of"
+    if not problems:
+        return described
+    if settings.reuse == "always":
+        return f"{described}; reused for this run's data and settings (tokenizer.reuse=always)"
+    raise ConfigError(
+        f"the tokenizer at {path} was trained {', and '.join(problems)}; other runs may use it, so it "
+        "stays as it is. To train a new one, set another tokenizer.path (e.g. "
+        f"tokenizer.path={suggest_new_path(settings, data, new_path)}); to use this one anyway, set tokenizer.reuse=always"
+    )
+
+
+def check_existing_tokenizer(
+    settings: TokenizerSettings, data: DataSettings, new_path: str | None = None
+) -> str | None:
+    """What the tokenizer at `settings.path` was trained on, checked against `data` and `settings`
+    (`check_training_record` raises on a mismatch); None when there is no tokenizer there yet.
+    Cheap enough to run before a command writes anything (it hashes the train files)."""
+    if not (Path(settings.path) / "tokenizer.json").is_file():
+        return None
+    return check_training_record(settings.path, settings, data, new_path)
 
 
 def load_or_train_tokenizer(
-    settings: TokenizerSettings, data: DataSettings, retrain: bool = False
+    settings: TokenizerSettings, data: DataSettings, retrain: bool = False, new_path: str | None = None
 ) -> PreTrainedTokenizerFast:
     """The run's tokenizer: loaded from `settings.path`, else trained on the TRAIN split and saved.
 
     The tokenizer never sees validation text, so validation loss is measured on unseen bytes.
+    An existing tokenizer is checked against `data` and `settings` (`check_training_record`);
+    one line names the tokenizer in use and what it was trained on. `retrain` replaces it.
+    `new_path` is the folder a refusal suggests for a new tokenizer (e.g. inside the run's folder).
     """
     settings.validate()
-    if not retrain and (Path(settings.path) / "tokenizer.json").is_file():
-        check_training_record(settings.path, settings)
-        return load_tokenizer(settings.path)
+    described = None if retrain else check_existing_tokenizer(settings, data, new_path)
+    if described is not None:
+        tokenizer = load_tokenizer(settings.path)
+        if is_main_process():  # under `accelerate launch` the other processes load silently
+            print(f"tokenizer {settings.path}: {len(tokenizer)} tokens, {described}")
+        return tokenizer
     corpus = load_raw_corpus(data)
     print(f"training a byte-level BPE tokenizer (vocab {settings.vocab_size}) on {corpus.train.describe()}")
     tokenizer = train_tokenizer(iter_texts(corpus.train), settings, length=corpus.train.rows)
-    save_tokenizer(tokenizer, settings.path, settings)
-    print(f"tokenizer saved to {settings.path} ({len(tokenizer)} tokens)")
+    trained_on = training_data(data, train_bytes=corpus.train.bytes)
+    save_tokenizer(tokenizer, settings.path, settings, trained_on)
+    print(f"tokenizer saved to {settings.path}: {len(tokenizer)} tokens, trained on {trained_on.describe()}")
     return load_tokenizer(settings.path)

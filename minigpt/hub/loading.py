@@ -63,6 +63,15 @@ def _run_dir_of(model_dir: Path) -> Path | None:
     return None
 
 
+def _could_be_repo_id(model: str) -> bool:
+    """ORG/NAME: one slash, no path syntax (`./x`, `/x`, `~/x`, `a/b/c`, a Windows separator)."""
+    return (
+        model.count("/") == 1
+        and not model.startswith((".", "/", "~"))
+        and (os.sep == "/" or os.sep not in model)
+    )
+
+
 def resolve_model(
     model: str | os.PathLike,
     hub_dir: str | os.PathLike | None = None,
@@ -92,9 +101,19 @@ def resolve_model(
             f"{model} is a file; MODEL is a model, run or checkpoint folder, or ORG/NAME"
         )
     model = str(model)
-    if model.count("/") != 1 or model.startswith(("/", ".")):
-        raise ModelNotFoundError(f"no such model folder: {model}")
     hub_path = Path(hub_dir) if hub_dir is not None else store.default_hub_dir()
+    if not _could_be_repo_id(model):
+        hint = " (a repo id reads ORG/NAME)" if "/" not in model and os.sep not in model else ""
+        raise ModelNotFoundError(f"no model at {model}: no such folder{hint}")
+    try:
+        store.validate_model_repo_id(model)
+    except store.HubError:
+        raise ModelNotFoundError(f"no model at {model}: no such folder (and not a valid repo id)") from None
+    if not (store.repo_dir(hub_path, model) / "snapshots").is_dir():
+        # "runs/nothere" reads as a folder and as a repo id: say that it is neither.
+        raise ModelNotFoundError(
+            f"no model at {model}: not a folder, and not a repo id in hub folder {hub_path}/"
+        )
     revision = revision or store.MAIN_BRANCH
     snapshot = store.snapshot_dir(hub_path, model, revision)  # HubError if the repo or revision is absent
     return ModelLocation(model, snapshot, revision=revision, hub_dir=hub_path)

@@ -1,6 +1,6 @@
 """The README.md model card of a published model: hub metadata plus a human-readable body.
 
-The YAML header (library_name, license, tags, datasets, model-index with the evaluation results)
+The YAML header (library_name, license, tags, model-index with the evaluation results)
 is built with huggingface_hub's `ModelCardData`/`EvalResult`, so it is what the hub parses. The
 body states the architecture, parameter count, training data, hyperparameters, metrics, the loss
 curve picture and how to load the model with plain transformers.
@@ -18,20 +18,25 @@ from typing import Any
 from huggingface_hub import EvalResult, ModelCardData
 from safetensors import safe_open
 
+from ..data.provenance import SourceFile
+
 # Keys training logs for the validation split (minigpt.training), in the order they are shown.
 EVAL_METRICS = {
     "eval_loss": ("loss", "Validation loss (nats/token)"),
     "eval_perplexity": ("perplexity", "Validation perplexity"),
     "eval_bpb": ("bits_per_byte", "Validation bits per byte"),
 }
-# Run-config keys that say where files were on the training machine, not how the model was made.
+# Run-config keys about the training machine (folders, progress bars, tokenizer reuse), not about
+# how the model was made: left out of the card's tables.
 LOCAL_KEYS = {
     "training.output_dir",
     "tokenizer.path",
     "tokenizer.show_progress",
+    "tokenizer.reuse",
     "data.cache_dir",
     "data.show_progress",
 }
+SOURCES_SHOWN = 10  # data files named one by one in the card; more are counted
 ARCHITECTURE_FIELDS = (
     "vocab_size",
     "hidden_size",
@@ -54,18 +59,13 @@ class CardFacts:
     model_config: dict[str, Any]  # config.json
     num_parameters: int
     license: str
-    run_config: dict[str, Any] | None = None  # the resolved training config, when known
+    run_config: dict[str, Any] | None = None  # the resolved training config (no local paths), when known
+    train_sources: list[SourceFile] = field(default_factory=list)  # training data files, by name and size
+    validation_sources: list[SourceFile] = field(default_factory=list)  # separate validation files, if any
     metrics: dict[str, float] = field(default_factory=dict)  # eval_* keys of EVAL_METRICS
     metrics_step: int | None = None  # the training step the metrics were measured at
     loss_curve: str | None = None  # file name of the loss-curve picture in the snapshot
     extra_tags: list[str] = field(default_factory=list)
-
-    @property
-    def datasets(self) -> list[str]:
-        """Names of the training data files (stems), or nothing when the run is unknown."""
-        data = (self.run_config or {}).get("data") or {}
-        files = data.get("train_files") or []
-        return sorted({Path(str(f)).stem for f in files})
 
 
 def count_parameters(weights_files: list[Path]) -> int:
@@ -107,7 +107,10 @@ def read_eval_metrics(run_dir: Path | None, model_dir: Path) -> tuple[dict[str, 
 
 
 def card_metadata(facts: CardFacts) -> ModelCardData:
-    dataset_name = ", ".join(facts.datasets) or "held-out text"
+    """The YAML header. No `datasets:` tag: local files are not hub datasets, and a tag made from a
+    file name would link to someone else's dataset."""
+    evaluated_on = facts.validation_sources or facts.train_sources
+    dataset_name = ", ".join(s.name for s in evaluated_on[:SOURCES_SHOWN]) or "held-out text"
     eval_results = [
         EvalResult(
             task_type="text-generation",
@@ -127,7 +130,6 @@ def card_metadata(facts: CardFacts) -> ModelCardData:
         license=facts.license,
         pipeline_tag="text-generation",
         tags=["minigpt", "text-generation", "causal-lm", "custom_code", *facts.extra_tags],
-        datasets=facts.datasets or None,
         model_name=facts.repo_id,
         eval_results=eval_results or None,
     )
@@ -137,6 +139,30 @@ def _table(rows: list[tuple[str, Any]], header: tuple[str, str]) -> str:
     lines = [f"| {header[0]} | {header[1]} |", "|---|---|"]
     lines += [f"| {key} | `{value}` |" for key, value in rows]
     return "\n".join(lines)
+
+
+def _sources_text(sources: list[SourceFile]) -> str:
+    """`a.txt` (1,234 bytes), `b.txt` (size unknown) and 3 more files (N bytes in all)."""
+    named = [
+        f"`{s.name}` ({s.bytes:,} bytes)" if s.bytes is not None else f"`{s.name}` (size unknown)"
+        for s in sources[:SOURCES_SHOWN]
+    ]
+    text = ", ".join(named)
+    if len(sources) > SOURCES_SHOWN:
+        text += f" and {len(sources) - SOURCES_SHOWN} more files"
+        if all(s.bytes is not None for s in sources):
+            text += f" ({sum(s.bytes for s in sources):,} bytes in all)"
+    return text
+
+
+def _held_out(data: Mapping[str, Any]) -> str:
+    """How the validation text was split off the training files, in words."""
+    fraction = data.get("validation_fraction")
+    if not isinstance(fraction, int | float):
+        return "a held-out part of that text"
+    if data.get("validation_split") == "random":
+        return f"{fraction:.0%} of its documents, drawn with seed {data.get('seed')} and held out"
+    return f"the last {fraction:.0%} of that text (held out, never trained on)"
 
 
 def _flatten(section: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
@@ -176,20 +202,12 @@ def render_model_card(facts: CardFacts) -> str:
     parts.append("## Training data")
     data = run.get("data") or {}
     if data:
-        sources = ", ".join(f"`{f}`" for f in data.get("train_files", [])) or "(not recorded)"
-        validation = data.get("validation_files") or []
-        fraction = data.get("validation_fraction")
-        held_out = (
-            ", ".join(f"`{f}`" for f in validation)
-            if validation
-            else f"a held-out {fraction:.0%} of that text"
-            if isinstance(fraction, int | float)
-            else "a held-out part of that text"
-        )
+        sources = _sources_text(facts.train_sources) or "(not recorded)"
+        held_out = _sources_text(facts.validation_sources) or _held_out(data)
         parts.append(
             f"Trained on {sources}; validation on {held_out}. "
             f"Text is tokenized with a byte-level BPE and packed into blocks of "
-            f"{data.get('block_size', '?')} tokens."
+            f"{data.get('block_size', '?')} tokens. File sizes are as found when the model was published."
         )
     else:
         parts.append("Not recorded: the model was published without its training run.")
@@ -206,14 +224,14 @@ def render_model_card(facts: CardFacts) -> str:
 
     parts.append("## Evaluation")
     if facts.metrics:
-        at_step = f" at step {facts.metrics_step}" if facts.metrics_step is not None else ""
+        at_step = f", at step {facts.metrics_step}" if facts.metrics_step is not None else ""
         rows = [
             (label, f"{facts.metrics[key]:.4f}")
             for key, (_, label) in EVAL_METRICS.items()
             if key in facts.metrics
         ]
         parts += [
-            f"Measured by training on the validation split{at_step}. Bits per byte = mean loss "
+            f"Measured on the validation split during training{at_step}. Bits per byte = mean loss "
             "x tokens / UTF-8 bytes / ln 2, comparable across tokenizers.",
             _table(rows, ("metric", "value")),
         ]

@@ -2,6 +2,8 @@
 
 Only an allowlist of files is published: weights as safetensors, config and generation config,
 tokenizer files, the model's source files, the resolved training config and the loss curve.
+Nothing published names a folder of the training machine (`minigpt.hub.portable`): the config
+names data files by file name, the JSON metadata loses transformers' loading state.
 Trainer's checkpoint extras are left behind, above all its pickles (`training_args.bin`,
 `optimizer.pt`, `rng_state*.pth`): loading a pickle runs code, so none is ever published.
 Every check runs before the hub folder is touched, so a rejected push leaves it as it was.
@@ -23,6 +25,7 @@ from ..training.checkpoints import RESOLVED_CONFIG_NAME
 from . import store
 from .loading import resolve_model
 from .model_card import CardFacts, count_parameters, read_eval_metrics, render_model_card
+from .portable import clean_json_text, find_local_path, local_paths, portable_run_config
 
 SHARD_PATTERN = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
 TOKENIZER_FILES = (
@@ -147,11 +150,19 @@ def collect_files(source: str | os.PathLike, staging: Path, repo_id: str, licens
 
     files["generation_config.json"] = _generation_config_file(model_dir, staging, config)
 
-    run_config = None
+    for name in [n for n in files if n.endswith(".json")]:  # no loading state (`_name_or_path`, ...)
+        cleaned = clean_json_text(files[name].read_text(encoding="utf-8"))
+        if cleaned is not None:
+            files[name] = staging / name
+            files[name].write_text(cleaned, encoding="utf-8")
+
+    run_config, portable = None, None
     resolved = _first_file(RESOLVED_CONFIG_NAME, model_dir, run_dir)
     if resolved is not None:
-        files[RESOLVED_CONFIG_NAME] = resolved
         run_config = yaml.safe_load(resolved.read_text()) or {}
+        portable = portable_run_config(run_config)  # data files by name, no local folders
+        files[RESOLVED_CONFIG_NAME] = staging / RESOLVED_CONFIG_NAME
+        files[RESOLVED_CONFIG_NAME].write_text(portable.to_yaml(), encoding="utf-8")
     loss_curve = _first_file(LOSS_CURVE_NAME, model_dir, run_dir)
     if loss_curve is not None:
         files[LOSS_CURVE_NAME] = loss_curve
@@ -162,7 +173,9 @@ def collect_files(source: str | os.PathLike, staging: Path, repo_id: str, licens
         model_config=config,
         num_parameters=count_parameters([p for p in weights.values() if p.suffix == ".safetensors"]),
         license=license,
-        run_config=run_config,
+        run_config=portable.config if portable is not None else None,
+        train_sources=portable.train_sources if portable is not None else [],
+        validation_sources=portable.validation_sources if portable is not None else [],
         metrics=metrics,
         metrics_step=step,
         loss_curve=LOSS_CURVE_NAME if loss_curve is not None else None,
@@ -174,6 +187,9 @@ def collect_files(source: str | os.PathLike, staging: Path, repo_id: str, licens
     pickles = sorted(name for name in files if name.lower().endswith(PICKLE_SUFFIXES))
     if pickles:  # unreachable with the allowlist above; kept as the last line of defence
         raise PublishError(f"refusing to publish pickle files: {', '.join(pickles)}")
+    leak = find_local_path(files, local_paths(run_config, repo_id, Path(source), model_dir, run_dir))
+    if leak is not None:  # the same: what is written above names no local folder
+        raise PublishError(f"refusing to publish {leak[0]}: it names the local path {leak[1]}")
     return files
 
 

@@ -38,7 +38,7 @@ from transformers.training_args import OptimizerNames
 from ..atomic import atomic_output_dir, atomic_write_file
 from ..data.compatibility import check_compatible
 from ..data.corpus import prepare_corpus
-from ..data.tokenizer import load_or_train_tokenizer
+from ..data.tokenizer import check_existing_tokenizer, load_or_train_tokenizer
 from ..errors import ConfigError
 from ..model import MiniGPTConfig
 from ..progress import transformers_progress_bars
@@ -320,7 +320,10 @@ def run_training(
     output_dir = Path(run.training.output_dir)
     args = build_training_arguments(run)  # also sets up the process group under `accelerate launch`
     main = args.should_save  # the one process that prints and writes run files
-    # Before anything is written: continue this folder's run, or claim the folder for a new one.
+    # Before anything is written: a tokenizer already at tokenizer.path must fit this run's data,
+    # then continue this folder's run, or claim the folder for a new one.
+    own_tokenizer = str(output_dir / "tokenizer")  # suggested if the existing one does not fit
+    check_existing_tokenizer(run.tokenizer, run.data, new_path=own_tokenizer)
     checkpoint = resolve_resume_checkpoint(output_dir, run.to_dict()) if resume else None
     if checkpoint is not None:
         check_resume_target(checkpoint, run.training.max_steps)
@@ -334,7 +337,7 @@ def run_training(
             handle.write(run.to_yaml())
 
     with args.main_process_first(desc="tokenizer and data"):  # one process trains and caches, others load
-        tokenizer = load_or_train_tokenizer(run.tokenizer, run.data)
+        tokenizer = load_or_train_tokenizer(run.tokenizer, run.data, new_path=own_tokenizer)
         corpus = prepare_corpus(
             run.data, tokenizer, max_position_embeddings=run.model.max_position_embeddings
         )

@@ -1,0 +1,164 @@
+"""Keep the training machine's paths out of a published model.
+
+A run config names folders and files of the machine it ran on (`/home/me/runs/x`, `../mydata`).
+Publishing them leaks private paths and promises files nobody else has, so the published
+`resolved_config.yaml` is rewritten: data files appear by file name (their sizes in the header
+and the model card), and the keys that only name local folders are left out. JSON metadata that
+transformers fills with loading state (`_name_or_path`, `is_local`, ...) is cleaned the same way.
+A last check refuses to publish any text file that still names a local folder.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..data.provenance import SourceFile, describe_sources, list_sources
+from ..data.sources import resolve_files
+from ..errors import MiniGPTUserError
+
+# Run-config keys that only name folders of the training machine: left out of the published
+# config, so loading it as a run config gives their defaults. The tokenizer is published beside it.
+LOCAL_FOLDER_KEYS = (("training", "output_dir"), ("tokenizer", "path"), ("data", "cache_dir"))
+DATA_FILE_KEYS = ("train_files", "validation_files")  # data files: published by file name
+# Keys transformers writes into saved JSON from how the files were loaded, not what they are.
+LOADING_STATE_KEYS = (
+    "_name_or_path",
+    "name_or_path",
+    "is_local",
+    "local_files_only",
+    "cache_dir",
+    "_commit_hash",
+)
+# Published text files checked for local paths (the model's .py files come from the package).
+CHECKED_SUFFIXES = (".json", ".yaml", ".yml", ".md", ".txt", ".jinja")
+
+
+@dataclass
+class PortableRunConfig:
+    """A run config without local paths, and the data it names."""
+
+    config: dict[str, Any]  # the run config, local folders left out, data files by name
+    train_sources: list[SourceFile]  # the training data files, as found when publishing
+    validation_sources: list[SourceFile]  # separate validation files (empty: split off the train files)
+    dropped: list[str]  # dotted keys left out
+
+    def to_yaml(self) -> str:
+        """The published `resolved_config.yaml`: a header saying what was changed, then the config."""
+        header = [
+            "# The run config this model was trained with, as published: it names no folder of the",
+            "# training machine. Data files are given by file name; when published they were:",
+            f"#   train: {describe_sources(self.train_sources, limit=20)}",
+        ]
+        if self.validation_sources:
+            header.append(f"#   validation: {describe_sources(self.validation_sources, limit=20)}")
+        if self.dropped:
+            header += [
+                "# Left out, as folders of the training machine: " + ", ".join(self.dropped),
+                "# (as a run config, this file gives them their defaults; the tokenizer is the one",
+                "# published beside it).",
+            ]
+        body = yaml.safe_dump(self.config, sort_keys=False, allow_unicode=True)
+        return "\n".join(header) + "\n" + body
+
+
+def data_sources(entries: Iterable[str]) -> list[SourceFile]:
+    """Each data entry (file, folder or glob) as the files it names, by file name and size.
+
+    Relative entries are looked up from the current folder. An entry that names nothing any more
+    is listed by its last path part with an unknown size.
+    """
+    found: list[SourceFile] = []
+    for entry in entries:
+        try:
+            found += list_sources(resolve_files([str(entry)], "data"))
+        except MiniGPTUserError:
+            found.append(SourceFile(Path(str(entry)).name or str(entry), None))
+    return found
+
+
+def _is_path_like(value: Any) -> bool:
+    return isinstance(value, str) and (os.sep in value or value.endswith((".yaml", ".yml")))
+
+
+def portable_run_config(run_config: dict[str, Any]) -> PortableRunConfig:
+    """`run_config` (a resolved config as training saved it) without the training machine's paths."""
+    config = copy.deepcopy(run_config)
+    dropped = []
+    for section, key in LOCAL_FOLDER_KEYS:
+        if isinstance(config.get(section), dict) and config[section].pop(key, None) is not None:
+            dropped.append(f"{section}.{key}")
+    hardware = config.get("hardware")
+    if isinstance(hardware, dict) and _is_path_like(hardware.get("profile")):
+        hardware.pop("profile")  # a profile file's values are already in the section
+        dropped.append("hardware.profile")
+    sources: dict[str, list[SourceFile]] = {}
+    data = config.get("data") if isinstance(config.get("data"), dict) else {}
+    for key in DATA_FILE_KEYS:
+        entries = data.get(key) or []
+        entries = [entries] if isinstance(entries, str) else list(entries)
+        sources[key] = data_sources(entries)
+        if key in data:
+            data[key] = [source.name for source in sources[key]]
+    return PortableRunConfig(config, sources["train_files"], sources["validation_files"], dropped)
+
+
+def clean_json_text(text: str) -> str | None:
+    """The JSON `text` without loading-state keys at its top level; None when it has none."""
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(record, dict) or not any(key in record for key in LOADING_STATE_KEYS):
+        return None
+    cleaned = {key: value for key, value in record.items() if key not in LOADING_STATE_KEYS}
+    return json.dumps(cleaned, indent=2, ensure_ascii=False) + "\n"
+
+
+def local_paths(run_config: dict[str, Any] | None, repo_id: str, *folders: Path | None) -> set[str]:
+    """The folders and files a run named, as given and absolute: none of them may be published
+    (except one that reads like `repo_id`, which the card names on purpose)."""
+    names: set[str] = set()
+    for folder in folders:
+        if folder is not None:
+            names |= {str(folder), str(Path(folder).resolve())}
+    for section, key in [*LOCAL_FOLDER_KEYS, *(("data", k) for k in DATA_FILE_KEYS)]:
+        value = ((run_config or {}).get(section) or {}).get(key)
+        for entry in [value] if isinstance(value, str) else value or []:
+            if isinstance(entry, str) and os.sep in entry:
+                names |= {entry, str(Path(entry).expanduser().resolve().parent)}
+    # A name of one part ("run") would match ordinary words; a bare "/" everything.
+    return {
+        name
+        for name in names
+        if (len(Path(name).parts) > 2 or (os.sep in name and not Path(name).is_absolute()))
+        and name not in repo_id
+    }
+
+
+def find_local_path(files: dict[str, Path], paths: set[str]) -> tuple[str, str] | None:
+    """(published name, local path) of the first text file that names one of `paths`, else None."""
+    for name, file in sorted(files.items()):
+        if name.endswith(CHECKED_SUFFIXES):
+            text = file.read_text(encoding="utf-8", errors="replace")
+            leaked = sorted(path for path in paths if path in text)
+            if leaked:
+                return name, leaked[0]
+    return None
+
+
+__all__ = [
+    "PortableRunConfig",
+    "clean_json_text",
+    "data_sources",
+    "find_local_path",
+    "local_paths",
+    "portable_run_config",
+]
