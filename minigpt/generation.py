@@ -1,4 +1,5 @@
-"""Sample text from a model with `generate()`, streamed to the terminal as it is produced.
+"""Sample text from a model with `generate()`, streamed as it is produced (to the terminal, or to
+a caller that iterates over the text, as the web app does).
 
 Sampling settings come, in order, from the caller (the CLI flags), the run's sample settings in
 the resolved training config beside the model (`training.sample_*`), then the model's
@@ -9,11 +10,13 @@ same text on every run, and any one sample can be redrawn alone.
 from __future__ import annotations
 
 import random
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import GenerationConfig, TextStreamer, set_seed
+from transformers import GenerationConfig, TextIteratorStreamer, TextStreamer, set_seed
 
 from .errors import ConfigError
 
@@ -24,7 +27,7 @@ class SamplingSettings:
 
     max_new_tokens: int | None = None
     temperature: float | None = None  # 0 means greedy decoding
-    top_k: int | None = None
+    top_k: int | None = None  # 0: no top-k filter
     top_p: float | None = None
     seed: int | None = None  # None: a random seed, reported so the text can be reproduced
     num_samples: int = 1
@@ -34,8 +37,8 @@ class SamplingSettings:
             raise ConfigError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
         if self.temperature is not None and self.temperature < 0:
             raise ConfigError(f"--temperature must be >= 0, got {self.temperature}")
-        if self.top_k is not None and self.top_k < 1:
-            raise ConfigError(f"--top-k must be >= 1, got {self.top_k}")
+        if self.top_k is not None and self.top_k < 0:
+            raise ConfigError(f"--top-k must be >= 0 (0: no top-k filter), got {self.top_k}")
         if self.top_p is not None and not 0 < self.top_p <= 1:
             raise ConfigError(f"--top-p must be in (0, 1], got {self.top_p}")
         if self.num_samples < 1:
@@ -86,20 +89,15 @@ def prompt_ids(tokenizer, prompt: str) -> torch.Tensor:
     return torch.tensor([[start]])
 
 
-def generate_samples(
-    model,
-    tokenizer,
-    prompt: str,
-    settings: SamplingSettings,
-    run_config: dict[str, Any] | None = None,
-    stream: bool = True,
-    on_sample_start=None,
-) -> list[str]:
-    """Generate `settings.num_samples` continuations of `prompt`; returns the full texts.
+def random_seed() -> int:
+    """A fresh seed for a caller that gave none (reported, so the text can be drawn again)."""
+    return random.SystemRandom().randrange(2**31)
 
-    With `stream`, each sample's text is printed as it is produced (`TextStreamer`).
-    `on_sample_start(i, seed)` is called before sample i (the CLI prints a header there).
-    """
+
+def prepare_generation(
+    model, tokenizer, prompt: str, settings: SamplingSettings, run_config: dict[str, Any] | None = None
+) -> tuple[torch.Tensor, GenerationConfig]:
+    """Checked settings -> the prompt's (1, T) ids on the model's device and the generation config."""
     settings.validate()
     generation_config = build_generation_config(model.generation_config, settings, run_config)
     input_ids = prompt_ids(tokenizer, prompt).to(model.device)  # (1, T)
@@ -118,7 +116,25 @@ def generate_samples(
     if generation_config.pad_token_id is None:
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         generation_config.pad_token_id = pad_id
-    base_seed = settings.seed if settings.seed is not None else random.SystemRandom().randrange(2**31)
+    return input_ids, generation_config
+
+
+def generate_samples(
+    model,
+    tokenizer,
+    prompt: str,
+    settings: SamplingSettings,
+    run_config: dict[str, Any] | None = None,
+    stream: bool = True,
+    on_sample_start=None,
+) -> list[str]:
+    """Generate `settings.num_samples` continuations of `prompt`; returns the full texts.
+
+    With `stream`, each sample's text is printed as it is produced (`TextStreamer`).
+    `on_sample_start(i, seed)` is called before sample i (the CLI prints a header there).
+    """
+    input_ids, generation_config = prepare_generation(model, tokenizer, prompt, settings, run_config)
+    base_seed = settings.seed if settings.seed is not None else random_seed()
     streamer = TextStreamer(tokenizer, skip_prompt=False, skip_special_tokens=True) if stream else None
     texts = []
     for i in range(settings.num_samples):
@@ -136,4 +152,56 @@ def generate_samples(
     return texts
 
 
-__all__ = ["SamplingSettings", "build_generation_config", "generate_samples", "prompt_ids"]
+def stream_text(
+    model,
+    tokenizer,
+    prompt: str,
+    settings: SamplingSettings,
+    run_config: dict[str, Any] | None = None,
+) -> Iterator[str]:
+    """One sample of `prompt`'s continuation, yielded as the text so far (prompt included) after each
+    decoded piece; the last value equals `generate_samples(...)[0]` with the same settings and seed.
+
+    `generate()` runs in a worker thread and feeds a `TextIteratorStreamer`, which this iterates.
+    The seed is `settings.seed` (a random one when None). Sampling draws from torch's process-wide
+    RNG, so the text repeats by seed only when nothing else in the process draws from it meanwhile.
+    """
+    input_ids, generation_config = prepare_generation(model, tokenizer, prompt, settings, run_config)
+    seed = settings.seed if settings.seed is not None else random_seed()
+    streamer = TextIteratorStreamer(tokenizer, skip_prompt=False, skip_special_tokens=True)
+    failure: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            set_seed(seed)
+            with torch.inference_mode():
+                model.generate(
+                    input_ids,
+                    attention_mask=torch.ones_like(input_ids),
+                    generation_config=generation_config,
+                    streamer=streamer,
+                )
+        except BaseException as err:  # handed to the reader below, which re-raises it
+            failure.append(err)
+            streamer.end()  # unblocks the reader
+
+    worker = threading.Thread(target=work, name="minigpt-generate", daemon=True)
+    worker.start()
+    text = ""
+    for piece in streamer:
+        text += piece
+        yield text
+    worker.join()
+    if failure:
+        raise failure[0]
+
+
+__all__ = [
+    "SamplingSettings",
+    "build_generation_config",
+    "generate_samples",
+    "prepare_generation",
+    "prompt_ids",
+    "random_seed",
+    "stream_text",
+]

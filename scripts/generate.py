@@ -34,7 +34,9 @@ def parse_args() -> argparse.Namespace:
     prompt.add_argument("--prompt-file", default=None, help="file whose text is continued")
     parser.add_argument("--max-new-tokens", type=int, default=None)
     parser.add_argument("--temperature", type=float, default=None, help="0 for greedy decoding")
-    parser.add_argument("--top-k", type=int, default=None)
+    parser.add_argument(
+        "--top-k", type=int, default=None, help="sample from the k most likely tokens (0: all)"
+    )
     parser.add_argument("--top-p", type=float, default=None)
     parser.add_argument(
         "--seed", type=int, default=None, help="sample i uses seed + i (default: random, printed)"

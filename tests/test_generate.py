@@ -124,3 +124,13 @@ def test_a_missing_model_names_both_readings_in_one_line(model, says, tmp_path, 
     assert exit_info.value.code == 2
     assert capsys.readouterr().err == f"error: {says}\n"
     assert list(tmp_path.iterdir()) == []  # no hub folder made on the way
+
+
+def test_top_k_zero_switches_the_filter_off():
+    run_config = {"training": {"sample_top_k": 20}}
+    config = build_generation_config(
+        GenerationConfig(), SamplingSettings(temperature=1.0, top_k=0), run_config
+    )
+    assert config.top_k == 0  # transformers adds no top-k warper for 0
+    with pytest.raises(ConfigError, match=r"^--top-k must be >= 0 \(0: no top-k filter\), got -1$"):
+        SamplingSettings(top_k=-1).validate()

@@ -1,0 +1,123 @@
+"""Serve the app: loopback by default, never a public share link, nothing sent over the network.
+
+Gradio reports usage and checks for new versions at api.gradio.app unless told not to, and
+huggingface_hub sends telemetry; `quiet_environment()` turns all of that off before Gradio is
+imported. Ctrl-C (or SIGTERM) stops a training run the way the CLI does, with a checkpoint to
+resume from, then closes the server.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import ipaddress
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from minigpt.errors import MiniGPTUserError
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 7860
+SHUTDOWN_WAIT_S = 600  # how long Ctrl-C waits for the run's checkpoint before leaving anyway
+
+# Set before Gradio is imported: it reads some of them at import time.
+QUIET_ENVIRONMENT = {
+    "GRADIO_ANALYTICS_ENABLED": "False",  # no usage reports, no version check at api.gradio.app
+    "HF_HUB_DISABLE_TELEMETRY": "1",  # huggingface_hub's own telemetry
+    "HF_HUB_OFFLINE": "1",  # models load from folders and the local hub folder only
+}
+
+
+def quiet_environment() -> None:
+    """Make Gradio and the hub libraries never try the network (before importing gradio)."""
+    os.environ.update(QUIET_ENVIRONMENT)
+
+
+def is_loopback(host: str) -> bool:
+    """True for addresses only this machine can reach: 127.0.0.0/8, ::1, localhost."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
+def exposure_warning(host: str, port: int) -> str | None:
+    """The warning printed when the server binds where other machines can reach it (None on loopback)."""
+    if is_loopback(host):
+        return None
+    return (
+        f"warning: serving on {host}:{port}, not on loopback: anyone who can reach this address can "
+        "start and stop training runs, write files where the server can, and load models. "
+        "The app has no login; use --host 127.0.0.1 unless you trust the network."
+    )
+
+
+def serve(
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    config_dir: Path | None = None,
+    runs_dir: Path = Path("runs"),
+) -> None:
+    """Start the app and block until Ctrl-C / SIGTERM; a training run is stopped with a checkpoint."""
+    quiet_environment()
+    if importlib.util.find_spec("gradio") is None:
+        raise MiniGPTUserError("the app needs Gradio: pip install -e '.[ui]'")
+    from minigpt.training.run_config import REPO_CONFIG_DIR
+
+    from .run_manager import RunManager
+    from .text_generator import TextGenerator
+    from .ui import CSS, build_app
+
+    warning = exposure_warning(host, port)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
+    manager = RunManager()
+    app = build_app(manager, TextGenerator(), config_dir or REPO_CONFIG_DIR, runs_dir)
+    app.queue(default_concurrency_limit=1)
+    app.launch(
+        server_name=host,
+        server_port=port,
+        share=False,  # never a public link
+        prevent_thread_lock=True,  # the main thread waits below, for Ctrl-C
+        show_error=False,  # errors are shown as one line by the handlers themselves
+        ssr_mode=False,  # no Node server: the page is served by this process only
+        mcp_server=False,
+        pwa=False,
+        footer_links=[],
+        quiet=True,  # its banner suggests share=True; we print our own line
+        css=CSS,
+    )
+    print(
+        f"MiniGPT app on http://{host}:{port} (Ctrl-C stops a run with a checkpoint, then quits)", flush=True
+    )
+    _wait_for_interrupt()
+    if manager.is_running:
+        print("stopping the training run: saving a checkpoint ...", file=sys.stderr, flush=True)
+        manager.shutdown(timeout=SHUTDOWN_WAIT_S)
+        print(manager.snapshot().message, file=sys.stderr, flush=True)
+    app.close()
+
+
+def _wait_for_interrupt() -> None:
+    """Block the main thread until Ctrl-C or SIGTERM (SIGTERM is made to behave like Ctrl-C)."""
+    done = threading.Event()
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def handle(signum: int, frame: object) -> None:
+        done.set()
+
+    for sig in previous:
+        signal.signal(sig, handle)
+    try:
+        while not done.wait(0.5):  # a timed wait, so the handler gets to run promptly
+            pass
+    finally:
+        for sig, handler in previous.items():  # a second Ctrl-C during the shutdown aborts at once
+            signal.signal(sig, handler)
+
+
+__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "exposure_warning", "is_loopback", "quiet_environment", "serve"]

@@ -1,0 +1,271 @@
+"""The page: a Train tab (start, stop, resume, watch) and a Generate tab (try any model), in Gradio.
+
+Every page polls the server's one `RunManager` once a second (`gr.Timer`) and redraws only what
+changed since its last poll, so any number of pages, opened before or during a run, show the same
+live run. Actions answer in the page as one line; errors never reach Gradio's error pop-up.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from minigpt.errors import MiniGPTUserError
+from minigpt.generation import SamplingSettings
+
+from .live_state import FINISHED, IDLE, STOPPED
+from .run_manager import RunManager, one_line
+from .text_generator import TextGenerator, list_model_choices
+from .views import CURVE_COLOURS, config_choices, curve_frame, display_path, samples_text, status_markdown
+
+POLL_SECONDS = 1.0
+TITLE = "MiniGPT"
+CSS = """
+#run-status p { margin: 0.2em 0; }
+#train-error p { color: var(--error-text-color); }
+.message p { margin: 0; }
+"""
+
+
+def error_line(err: BaseException) -> str:
+    """A user error as the CLI words it; anything else with its type, and its traceback in the log."""
+    if isinstance(err, MiniGPTUserError):
+        return f"error: {one_line(err)}"
+    traceback.print_exc(file=sys.stderr)
+    return f"error: {type(err).__name__}: {one_line(err)}"
+
+
+def errors_of(action: Callable[[], object]) -> str:
+    """Run a button's action; "" when it worked (the run's status line says what it did, on every
+    page), else its error as one line."""
+    try:
+        action()
+    except Exception as err:  # the server keeps running whatever the action raised
+        return error_line(err)
+    return ""
+
+
+def build_app(
+    manager: RunManager,
+    generator: TextGenerator,
+    config_dir: Path,
+    runs_dir: Path,
+    default_config: str | None = None,
+) -> gr.Blocks:
+    """The Gradio Blocks of the app (not launched)."""
+    configs = config_choices(config_dir)
+    if default_config is None:
+        default_config = next(
+            (c for c in configs if c.endswith("shakespeare.yaml")), configs[0] if configs else ""
+        )
+
+    def model_roots() -> list[Path]:
+        roots = [runs_dir]
+        output_dir = manager.snapshot().output_dir
+        if output_dir:  # the current run may write outside runs_dir
+            roots += [Path(output_dir), Path(output_dir).parent]
+        return roots
+
+    def models_list() -> list[str]:
+        return list(dict.fromkeys(display_path(Path(c)) for c in list_model_choices(model_roots())))
+
+    with gr.Blocks(title=TITLE, analytics_enabled=False) as app:
+        gr.Markdown(f"# {TITLE}\nTrain a small GPT, watch it learn, stop it, talk to it.")
+        seen = gr.State((-1, -1))  # this page's last drawn (version, curve_version)
+        with gr.Tab("Train"):
+            with gr.Row():
+                config = gr.Dropdown(
+                    configs,
+                    value=default_config,
+                    allow_custom_value=True,
+                    label="Run config",
+                    info="a config in configs/, or the path of your own",
+                    elem_id="config",
+                    scale=1,
+                )
+                overrides = gr.Textbox(
+                    label="Overrides",
+                    info="section.key=value, separated by spaces or new lines, as on the command line",
+                    placeholder="training.max_steps=200 model.hidden_size=64",
+                    lines=2,
+                    elem_id="overrides",
+                    scale=2,
+                )
+            with gr.Row():
+                start = gr.Button("Start", variant="primary", elem_id="start")
+                stop = gr.Button("Stop", variant="stop", elem_id="stop")
+                resume = gr.Button("Resume", elem_id="resume")
+            train_error = gr.Markdown(elem_id="train-error", elem_classes="message")
+            status = gr.Markdown(status_markdown(manager.snapshot()), elem_id="run-status")
+            with gr.Row():
+                curve = gr.LinePlot(
+                    curve_frame(manager.snapshot()),
+                    x="step",
+                    y="loss",
+                    color="curve",
+                    color_map=CURVE_COLOURS,
+                    title="Loss (nats per token)",
+                    height=320,
+                    elem_id="loss-curve",
+                    scale=3,
+                )
+                samples = gr.Textbox(
+                    label="Latest samples",
+                    lines=12,
+                    max_lines=12,
+                    interactive=False,
+                    autoscroll=False,
+                    elem_id="samples",
+                    scale=2,
+                )
+
+        with gr.Tab("Generate"):
+            with gr.Row():
+                model = gr.Dropdown(
+                    models_list(),
+                    value="",
+                    allow_custom_value=True,
+                    label="Model",
+                    info="a run, checkpoint or model folder, or ORG/NAME in the hub folder",
+                    elem_id="model",
+                    scale=3,
+                )
+                revision = gr.Textbox(label="Revision", placeholder="main", elem_id="revision", scale=1)
+                hub_dir = gr.Textbox(
+                    label="Hub folder", placeholder="$HF_HUB_CACHE or ./hub", elem_id="hub-dir", scale=1
+                )
+                refresh = gr.Button("Refresh list", scale=0, elem_id="refresh-models")
+            prompt = gr.Textbox(label="Prompt", lines=3, placeholder="ROMEO:", elem_id="prompt")
+            with gr.Row():
+                max_new_tokens = gr.Number(
+                    0,
+                    label="Max new tokens",
+                    precision=0,
+                    minimum=0,
+                    info="0: as the run's samples",
+                    elem_id="max-new-tokens",
+                )
+                temperature = gr.Number(
+                    0.8, label="Temperature", minimum=0, step=0.1, info="0: greedy", elem_id="temperature"
+                )
+                top_k = gr.Number(50, label="Top-k", precision=0, minimum=0, info="0: off", elem_id="top-k")
+                top_p = gr.Number(
+                    1.0, label="Top-p", minimum=0, maximum=1, step=0.05, info="1: off", elem_id="top-p"
+                )
+                seed = gr.Number(-1, label="Seed", precision=0, info="-1: a new random seed", elem_id="seed")
+            generate = gr.Button("Generate", variant="primary", elem_id="generate")
+            generate_message = gr.Markdown(elem_id="generate-message", elem_classes="message")
+            output = gr.Textbox(label="Text", lines=10, interactive=False, elem_id="generated")
+
+        # ---- Train tab ---------------------------------------------------------------------
+        def draw(
+            seen_versions: tuple[int, int], model_value: str | None, list_models: bool = False
+        ) -> tuple[Any, ...]:
+            """Everything that changed since this page last drew: status, curve, samples, models.
+
+            `list_models` lists the models on disk even when no run has just ended (a page opening).
+            """
+            snap = manager.snapshot()
+            if (snap.version, snap.curve_version) == tuple(seen_versions):
+                return gr.skip(), gr.skip(), gr.skip(), gr.skip(), seen_versions
+            plot = curve_frame(snap) if snap.curve_version != seen_versions[1] else gr.skip()
+            models = gr.update(choices=models_list()) if list_models else gr.skip()
+            if snap.status in (STOPPED, FINISHED):  # a new checkpoint or final/ to try
+                produced = snap.final_dir or snap.checkpoint
+                value = display_path(Path(produced)) if produced else model_value
+                models = gr.update(choices=models_list(), value=value)
+            return (
+                status_markdown(snap),
+                plot,
+                samples_text(snap),
+                models,
+                (snap.version, snap.curve_version),
+            )
+
+        drawn = [status, curve, samples, model, seen]
+        timer = gr.Timer(POLL_SECONDS)
+        timer.tick(draw, [seen, model], drawn, show_progress="hidden", concurrency_limit=None, queue=False)
+
+        def on_load(seen_versions: tuple[int, int], model_value: str | None) -> tuple[Any, ...]:
+            """A page opened or reloaded: draw the run as it is, with the form it was started from."""
+            snap = manager.snapshot()
+            form = (gr.skip(), gr.skip())
+            if snap.status != IDLE:
+                form = (snap.config, " ".join(snap.overrides))
+            return (*form, *draw((-1, -1), model_value, list_models=True))
+
+        app.load(on_load, [seen, model], [config, overrides, *drawn], show_progress="hidden")
+
+        start.click(
+            lambda c, o: errors_of(lambda: manager.start(c, o)),
+            [config, overrides],
+            train_error,
+            show_progress="hidden",  # answers at once; a spinner would only flash
+            concurrency_limit=None,
+        )
+        resume.click(
+            lambda c, o: errors_of(lambda: manager.start(c, o, resume=True)),
+            [config, overrides],
+            train_error,
+            show_progress="hidden",  # answers at once; a spinner would only flash
+            concurrency_limit=None,
+        )
+        stop.click(
+            lambda: errors_of(manager.stop),
+            None,
+            train_error,
+            show_progress="hidden",
+            concurrency_limit=None,
+        )
+
+        # ---- Generate tab ------------------------------------------------------------------
+        refresh.click(lambda: gr.update(choices=models_list()), None, model)
+
+        def run_generation(
+            model_name: str | None,
+            revision_text: str,
+            hub_text: str,
+            prompt_text: str,
+            max_tokens: float | None,
+            temp: float | None,
+            k: float | None,
+            p: float | None,
+            seed_value: float | None,
+        ) -> Iterator[tuple[str, str]]:
+            if not (model_name or "").strip():
+                yield "", "error: choose a model: a run, checkpoint or model folder, or ORG/NAME"
+                return
+            settings = SamplingSettings(  # the page's "as the run" / "random" values are None here
+                max_new_tokens=int(max_tokens) if max_tokens else None,
+                temperature=temp,
+                top_k=None if k is None else int(k),
+                top_p=p,
+                seed=None if seed_value is None or seed_value < 0 else int(seed_value),
+            )
+            text, used_seed = "", None
+            try:
+                yield "", f"loading {model_name} ..."
+                for text, used_seed in generator.stream(
+                    model_name, prompt_text, settings, revision_text, hub_text
+                ):
+                    yield text, f"generating (seed {used_seed}) ..."
+            except Exception as err:  # the server keeps running whatever generation raised
+                yield text, error_line(err)
+                return
+            yield text, f"done (seed {used_seed})" if used_seed is not None else "done"
+
+        generate.click(
+            run_generation,
+            [model, revision, hub_dir, prompt, max_new_tokens, temperature, top_k, top_p, seed],
+            [output, generate_message],
+            concurrency_limit=1,  # one model in memory, one generation at a time
+        )
+    return app
+
+
+__all__ = ["CSS", "build_app", "error_line"]

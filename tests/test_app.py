@@ -1,0 +1,430 @@
+"""The web app (scripts/app.py) in a real browser: headless Chromium driven by Playwright.
+
+One server process for the module, on a free loopback port, with every outbound HTTP(S) request
+sent to a local recorder (HTTP(S)_PROXY), which must see none. One smoke run is trained, watched,
+refused a second start, stopped, resumed, stopped again and then talked to, in the page.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import PYTHON, REPO_ROOT
+
+try:
+    from playwright.sync_api import expect, sync_playwright
+except ImportError:  # the browser tests skip; the others still run
+    expect = sync_playwright = None
+
+CHROMIUM = Path("/usr/bin/chromium")  # Debian's chromium package; Playwright's own browsers are never fetched
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+SERVER_START_TIMEOUT_S = 120
+# The text of a Markdown component, without the (hidden) progress timer Gradio keeps beside it.
+TRAIN_ERROR = "#train-error [data-testid=markdown]"
+STATUS = "#run-status [data-testid=markdown]"
+GENERATE_MESSAGE = "#generate-message [data-testid=markdown]"
+UI_TIMEOUT_MS = 60_000  # the longest a page waits for the run (2 busy cores, shared with other tests)
+
+
+# ---- no browser needed -------------------------------------------------------------------------
+
+
+def test_exposure_warning_only_off_loopback():
+    from minigpt.app.server import exposure_warning, is_loopback
+
+    for host in ("127.0.0.1", "127.0.0.2", "::1", "localhost"):
+        assert is_loopback(host) and exposure_warning(host, 7860) is None
+    for host in ("0.0.0.0", "192.168.1.5", "::", "my-host.example"):
+        warning = exposure_warning(host, 7860)
+        assert warning is not None and warning.startswith(f"warning: serving on {host}:7860")
+
+
+def test_overrides_parse_like_a_command_line():
+    from minigpt.app.run_manager import parse_overrides
+    from minigpt.errors import ConfigError
+
+    text = "training.max_steps=5\nmodel.hidden_size=64  training.sample_prompts='[ROMEO:, JULIET:]'"
+    assert parse_overrides(text) == [
+        "training.max_steps=5",
+        "model.hidden_size=64",
+        "training.sample_prompts=[ROMEO:, JULIET:]",
+    ]
+    with pytest.raises(ConfigError, match="^overrides: No closing quotation"):
+        parse_overrides("training.sample_prompts='[ROMEO:")
+
+
+def test_samples_file_parses_into_blocks(tmp_path):
+    from minigpt.app.live_state import read_samples
+
+    path = tmp_path / "samples.txt"
+    path.write_text("--- step 4, prompt 'ROMEO:' ---\nROMEO: a\nb\n--- step 8, prompt '\\n' ---\n\nthee\n")
+    samples = read_samples(path)
+    assert [(s.step, s.prompt, s.text) for s in samples] == [
+        (4, "'ROMEO:'", "ROMEO: a\nb"),
+        (8, "'\\n'", "\nthee"),
+    ]
+    assert read_samples(tmp_path / "missing.txt") == []
+
+
+def test_curve_frame_names_both_curves_from_the_first_point():
+    """The plot colours only the curves its first frame names: validation must be there before its
+    first point (as a row without a loss), and typed columns keep the axes numeric."""
+    import math
+
+    from minigpt.app.live_state import RunSnapshot
+    from minigpt.app.views import curve_frame
+
+    assert curve_frame(RunSnapshot()) is None
+    frame = curve_frame(RunSnapshot(train_curve=[(1, 6.0), (2, 5.5)]))
+    assert list(frame.itertuples(index=False))[:2] == [(1, 6.0, "training"), (2, 5.5, "training")]
+    ((step, loss, curve),) = frame.iloc[2:].itertuples(index=False)
+    assert (step, curve) == (1, "validation") and math.isnan(loss)
+    assert {str(t) for t in frame.dtypes[:2]} == {"int64", "float64"}
+    frame = curve_frame(RunSnapshot(train_curve=[(1, 6.0)], eval_curve=[(1, 6.2)]))
+    assert list(frame.itertuples(index=False)) == [(1, 6.0, "training"), (1, 6.2, "validation")]
+
+
+def test_a_resumed_run_shows_its_past(tmp_path):
+    """On resume the page starts from metrics.jsonl up to the checkpoint: curves and the last numbers."""
+    import json
+
+    from minigpt.app.live_state import LiveRunState, read_log_records
+
+    records = [
+        {"step": 1, "loss": 6.0, "learning_rate": 1e-3, "tokens_per_second": 900.0},
+        {"step": 2, "eval_loss": 5.9, "eval_bpb": 4.1},
+        {"step": 2, "loss": 5.5, "learning_rate": 2e-3, "tokens_per_second": 1000.0},
+        {"step": 3, "loss": 5.0},  # written after the checkpoint by the stopped run: not its past
+    ]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records) + '{"step": 4, "lo')  # cut by a kill
+    state = LiveRunState()
+    state.replay(2, 30, read_log_records(path, up_to_step=2))
+    snap = state.snapshot()
+    assert (snap.train_curve, snap.eval_curve) == ([(1, 6.0), (2, 5.5)], [(2, 5.9)])
+    assert (snap.step, snap.max_steps, snap.loss, snap.learning_rate) == (2, 30, 5.5, 2e-3)
+    assert (snap.tokens_per_second, snap.eval_loss, snap.eval_bpb) == (1000.0, 5.9, 4.1)
+
+
+def test_text_generator_streams_a_hub_repo_and_lists_runs(tmp_path):
+    """The Generate tab's loader: ORG/NAME at a tag in a hub folder, streamed piece by piece, the
+    same text as generate_samples; the model stays loaded; runs and checkpoints are offered."""
+    from hub_fixtures import make_run
+
+    from minigpt.app.text_generator import TextGenerator, list_model_choices
+    from minigpt.evaluation import read_run_config
+    from minigpt.generation import SamplingSettings, generate_samples
+    from minigpt.hub.loading import load_model, load_tokenizer, resolve_model
+    from minigpt.hub.publishing import publish
+
+    run = make_run(tmp_path, seed=0)
+    publish(run, "org/app", tmp_path / "hub", tag="v1")
+    settings = SamplingSettings(max_new_tokens=8, temperature=1.0, top_k=50, seed=5)
+    generator = TextGenerator()
+    streamed = list(
+        generator.stream("org/app", "ROMEO:", settings, revision="v1", hub_dir=str(tmp_path / "hub"))
+    )
+    texts = [text for text, _ in streamed]
+    assert {seed for _, seed in streamed} == {5} and len(texts) > 1
+    assert all(b.startswith(a) for a, b in zip(texts, texts[1:], strict=False))  # it grows as it streams
+
+    location = resolve_model(run)
+    expected = generate_samples(
+        load_model(location),
+        load_tokenizer(location),
+        "ROMEO:",
+        settings,
+        read_run_config(run / "final"),
+        stream=False,
+    )[0]
+    assert texts[-1] == expected
+    loaded = generator.load("org/app", "v1", str(tmp_path / "hub"))
+    assert generator.load("org/app", "v1", str(tmp_path / "hub")) is loaded  # not loaded again
+    assert set(list_model_choices([tmp_path])) == {str(run), str(run / "checkpoint-10")}
+
+
+def test_resume_without_a_checkpoint_is_refused(tmp_path):
+    from minigpt.app.run_manager import RunManager
+    from minigpt.errors import ConfigError
+
+    manager = RunManager()
+    with pytest.raises(ConfigError, match="^nothing to resume: .* has no complete checkpoint"):
+        manager.start(REPO_ROOT / "configs" / "smoke.yaml", f"training.output_dir={tmp_path}", resume=True)
+    assert not manager.is_running and manager.snapshot().status == "idle"
+
+
+# ---- the server and the browser ----------------------------------------------------------------
+
+
+class ConnectionRecorder:
+    """A proxy that answers nothing: it records the first line of every connection made to it."""
+
+    def __init__(self) -> None:
+        self.socket = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
+        self.requests: list[str] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self.socket.accept()
+            except OSError:  # closed
+                return
+            with connection:
+                connection.settimeout(2)
+                try:
+                    self.requests.append(connection.recv(200).split(b"\r\n")[0].decode(errors="replace"))
+                except OSError:
+                    self.requests.append("<no request line>")
+
+    def close(self) -> None:
+        self.socket.close()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("app")
+
+
+@pytest.fixture(scope="module")
+def recorder() -> Iterator[ConnectionRecorder]:
+    recorder = ConnectionRecorder()
+    yield recorder
+    recorder.close()
+
+
+@pytest.fixture(scope="module")
+def server(workdir, recorder) -> Iterator[tuple[str, subprocess.Popen]]:
+    """scripts/app.py with its defaults (no --host), from the repo root (smoke.yaml names data/ there)."""
+    port = free_port()
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(REPO_ROOT),
+        HF_HOME=str(workdir / "hf_home"),
+        HTTP_PROXY=recorder.url,
+        HTTPS_PROXY=recorder.url,
+        NO_PROXY="127.0.0.1,localhost",
+        GRADIO_ANALYTICS_ENABLED="True",  # the app must turn it off itself
+        TOKENIZERS_PARALLELISM="false",
+    )
+    for name in ("http_proxy", "https_proxy", "no_proxy", "all_proxy", "ALL_PROXY", "HF_HUB_OFFLINE"):
+        env.pop(name, None)
+    log = (workdir / "server.log").open("w")
+    process = subprocess.Popen(
+        [PYTHON, "scripts/app.py", "--port", str(port), "--runs-dir", str(workdir / "runs")],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    while "MiniGPT app on" not in (workdir / "server.log").read_text():
+        assert process.poll() is None, (workdir / "server.log").read_text()[-3000:]
+        assert time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.2)
+    yield f"http://127.0.0.1:{port}/", process
+    process.send_signal(signal.SIGTERM)  # as Ctrl-C: a run still training would be stopped first
+    try:
+        process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def outside_requests() -> list[str]:
+    """URLs the page asked of any host other than the app's server."""
+    return []
+
+
+@pytest.fixture(scope="module")
+def page(server, outside_requests):
+    if sync_playwright is None:
+        pytest.skip("no browser driver: the playwright package is not installed (pip install playwright)")
+    if not CHROMIUM.is_file():
+        pytest.skip(f"no browser: {CHROMIUM} is missing (apt-get install -y chromium)")
+    url, _ = server
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.set_default_timeout(UI_TIMEOUT_MS)
+        expect.set_options(timeout=UI_TIMEOUT_MS)
+        page.on("request", lambda r: None if r.url.startswith(url) else outside_requests.append(r.url))
+        page.goto(url)
+        expect(page.locator(STATUS)).to_be_visible()
+        yield page
+        browser.close()
+
+
+def press(page, button: str, config: str, overrides: str) -> None:
+    """Fill the Train form and press a button (the run's status line answers, or an error line)."""
+    page.locator("#config input").fill(config)
+    page.locator("#config input").press("Enter")
+    page.fill("#overrides textarea", overrides)
+    page.click(button)
+
+
+def shown_step(page) -> int:
+    """The step in the status line ("running · step 12/5000 · ...")."""
+    return int(re.search(r"step (\d+)/", page.inner_text(STATUS)).group(1))
+
+
+def wait_for_step(page, step: int) -> None:
+    """Until the status line shows `step` or later (it redraws once a second: steps go by unseen)."""
+    page.wait_for_function(
+        "([selector, step]) => +(document.querySelector(selector).innerText.match(/step (\\d+)\\//) || [0, -1])[1] >= step",
+        arg=[STATUS, step],
+    )
+
+
+def test_server_listens_on_loopback_only(server):
+    _, process = server
+    listening = [c for c in psutil.Process(process.pid).net_connections(kind="inet") if c.status == "LISTEN"]
+    assert listening and {c.laddr.ip for c in listening} == {"127.0.0.1"}
+
+
+def test_bad_override_and_bad_data_are_one_line_in_the_page(page, workdir):
+    press(page, "#start", "configs/smoke.yaml", "training.max_step=10")
+    expect(page.locator(TRAIN_ERROR)).to_have_text(
+        "error: unknown key training.max_step; did you mean 'training.max_steps'?"
+    )
+    expect(page.locator(STATUS)).to_contain_text("No run yet")
+
+    empty = workdir / "empty.txt"
+    empty.write_text("")
+    overrides = (
+        f"data.train_files=[{empty}] training.output_dir={workdir / 'bad'} tokenizer.path={workdir / 'tok0'}"
+    )
+    press(page, "#start", "configs/smoke.yaml", overrides)
+    expect(page.locator(TRAIN_ERROR)).to_have_text("")  # it started: the data is read in the run
+    expect(page.locator(STATUS)).to_contain_text("failed")
+    assert page.inner_text(STATUS).strip().splitlines()[-1] == f"error: train file {empty} is empty"
+
+
+def test_train_watch_stop_resume_then_generate(page, workdir):
+    from minigpt.app.views import CURVE_COLOURS
+
+    output_dir = workdir / "runs" / "smoke"
+    overrides = " ".join(
+        [
+            f"training.output_dir={output_dir}",
+            f"tokenizer.path={workdir / 'tokenizer'}",
+            "training.max_steps=5000",  # far more than the test waits for: it stops the run itself
+            *("training.logging_steps=1", "training.eval_steps=3", "training.sample_steps=3"),
+            "training.save_steps=10000",  # the only checkpoints are the ones Stop writes
+            *("data.show_progress=false", "tokenizer.show_progress=false"),
+        ]
+    )
+    press(page, "#start", "configs/smoke.yaml", overrides)
+    expect(page.locator(STATUS)).to_contain_text(f"started: configs/smoke.yaml -> {output_dir}")
+
+    # The samples box shows a sample; the plot draws two lines, training and validation loss.
+    expect(page.locator("#samples textarea")).to_have_value(
+        re.compile(r"^\[step \d+, prompt 'ROMEO:'\]\nROMEO:")
+    )
+    page.wait_for_function(  # two lines drawn, in the two curves' colours (a line without one is invisible)
+        "colours => colours.every(c => document.querySelector("
+        "`#loss-curve path[aria-roledescription='line mark'][stroke='${c}']`))",
+        arg=list(CURVE_COLOURS.values()),
+    )
+    expect(page.locator("#loss-curve")).to_contain_text("validation")
+    status = page.inner_text(STATUS)
+    for shown in ("running", "loss ", "lr ", "tokens/s", "ETA "):
+        assert shown in status, status
+
+    # A second start is refused; a reload shows the live run and the form it was started from.
+    press(page, "#start", "configs/smoke.yaml", overrides)
+    expect(page.locator(TRAIN_ERROR)).to_contain_text("error: a run is already training")
+    expect(page.locator(STATUS)).to_contain_text("running")
+    page.reload()
+    expect(page.locator(STATUS)).to_contain_text("running")
+    wait_for_step(page, shown_step(page) + 2)
+    expect(page.locator("#overrides textarea")).to_have_value(overrides)
+
+    # Stop saves a checkpoint and says where.
+    page.click("#stop")
+    expect(page.locator(STATUS)).to_contain_text("checkpoint saved to")
+    stopped_at = shown_step(page)
+    checkpoint = output_dir / f"checkpoint-{stopped_at}"
+    assert f"stopped at step {stopped_at}: checkpoint saved to {checkpoint}" in page.inner_text(STATUS)
+    assert (checkpoint / "model.safetensors").is_file() and not (output_dir / "final").exists()
+
+    # Resume continues from it, then stop again.
+    press(page, "#resume", "configs/smoke.yaml", overrides)
+    expect(page.locator(STATUS)).to_contain_text(f"resuming {output_dir} from {checkpoint}")
+    expect(page.locator(TRAIN_ERROR)).to_have_text("")
+    wait_for_step(page, stopped_at + 2)
+    page.click("#stop")
+    expect(page.locator(STATUS)).to_contain_text(f"checkpoint saved to {output_dir}/checkpoint-")
+    latest = output_dir / f"checkpoint-{shown_step(page)}"
+    assert shown_step(page) >= stopped_at + 2 and latest.is_dir()
+
+    # A new run into this folder is refused: it holds a run (continue it, or overwrite it on purpose).
+    press(page, "#start", "configs/smoke.yaml", overrides)
+    expect(page.locator(TRAIN_ERROR)).to_contain_text(f"error: {output_dir} already holds a run")
+    expect(page.locator(TRAIN_ERROR)).to_contain_text("continue it with Resume")
+
+    # Generate from the newest checkpoint (the page offers it), streamed; same text as generate_samples.
+    page.get_by_role("tab", name="Generate").click()
+    expect(page.locator("#model input")).to_have_value(str(latest))
+    page.fill("#prompt textarea", "ROMEO:")
+    page.fill("#max-new-tokens input", "12")
+    page.fill("#temperature input", "1")
+    page.fill("#seed input", "3")
+    page.click("#generate")
+    expect(page.locator(GENERATE_MESSAGE)).to_have_text("done (seed 3)")
+    shown = page.input_value("#generated textarea")
+
+    from minigpt.evaluation import read_run_config
+    from minigpt.generation import SamplingSettings, generate_samples
+    from minigpt.hub.loading import load_model, load_tokenizer, resolve_model
+
+    location = resolve_model(latest)
+    settings = SamplingSettings(max_new_tokens=12, temperature=1.0, top_k=50, top_p=1.0, seed=3)
+    model, tokenizer = load_model(location), load_tokenizer(location)
+    expected = generate_samples(model, tokenizer, "ROMEO:", settings, read_run_config(latest), stream=False)[
+        0
+    ]
+    assert shown == expected and shown.startswith("ROMEO:") and len(shown) > len("ROMEO:")
+
+    # A missing model is one line too, and the server still answers.
+    page.fill("#model input", str(workdir / "no-such-model"))
+    page.click("#generate")
+    expect(page.locator(GENERATE_MESSAGE)).to_have_text(
+        f"error: no model at {workdir / 'no-such-model'}: no such folder"
+    )
+
+
+def test_nothing_went_to_the_network(page, outside_requests, recorder, server):
+    """Neither the server (Gradio's analytics and version check, hub telemetry) nor the page."""
+    assert outside_requests == []
+    assert recorder.requests == []
+    _, process = server
+    assert process.poll() is None  # every error above left it running
