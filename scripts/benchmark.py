@@ -36,6 +36,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="run config of the training path")
+    parser.add_argument(
+        "--set", nargs="+", default=[], metavar="SECTION.KEY=VALUE", help="run-config overrides for --config"
+    )
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--hidden", type=int, default=128)
@@ -67,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from minigpt.training.run_config import load_run_config  # cheap: the config is checked first
 
-    load_run_config(args.config)
+    load_run_config(args.config, args.set)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="minigpt-benchmark-"))
     try:
         results = measure(args, workdir)
@@ -107,6 +110,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict:
         long_steps=args.long_steps,
         repeats=args.repeats,
         contenders=tuple(args.contenders or CONTENDERS),
+        extra_overrides=list(args.set),
     )
     run = load_run_config(args.config, training.overrides())
     apply_cpu_settings(run.hardware)  # generation and data rows run here, with the run's CPU settings
