@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from ..generation import decoding_options
+
 
 @dataclass
 class GenerationBenchmark:
@@ -71,19 +73,6 @@ def build_models(bench: GenerationBenchmark) -> dict[str, torch.nn.Module]:
         )
     )
     return {"minigpt": minigpt.eval(), "gpt2": gpt2.eval()}
-
-
-def decoding_options(variant: str) -> dict[str, Any]:
-    """`generate()` keyword arguments of a MiniGPT variant."""
-    if variant == "static":
-        return {"cache_implementation": "static", "disable_compile": True}
-    if variant == "compiled":
-        from transformers import CompileConfig
-
-        compile_config = CompileConfig(fullgraph=True, dynamic=False, mode="default")
-        compile_config._compile_all_devices = True  # generate() compiles on GPUs only unless told
-        return {"cache_implementation": "static", "compile_config": compile_config}
-    return {}
 
 
 def sampler(
@@ -151,4 +140,4 @@ def compare_generation(
     return results
 
 
-__all__ = ["GenerationBenchmark", "build_models", "compare_generation", "decoding_options", "sampler"]
+__all__ = ["GenerationBenchmark", "build_models", "compare_generation", "sampler"]
