@@ -8,7 +8,7 @@ import subprocess
 import torch
 from conftest import PYTHON, REPO_ROOT
 
-TINY = ["--layers", "1", "--heads", "2", "--hidden", "32", "--vocab", "300", "--context", "16", "--batch", "2"]
+TINY = "--layers 1 --heads 2 --hidden 32 --vocab 300 --context 16 --batch 2".split()
 
 
 def test_benchmark_reports_every_row_with_medians_and_ratios(tmp_path):
@@ -28,7 +28,9 @@ def test_benchmark_reports_every_row_with_medians_and_ratios(tmp_path):
     assert set(training["rows"]) == {"training_path", "gpt2_trainer"}
     path, gpt2 = training["rows"]["training_path"], training["rows"]["gpt2_trainer"]
     assert path["tokens_per_s"] * path["ms_per_step"] / 1e3 == _approx(2 * 16)  # batch x context tokens
-    assert training["ratios"]["speedup_over_gpt2_trainer"] == _approx(gpt2["ms_per_step"] / path["ms_per_step"])
+    assert training["ratios"]["speedup_over_gpt2_trainer"] == _approx(
+        gpt2["ms_per_step"] / path["ms_per_step"]
+    )
     for batch in ("batch_1", "batch_8"):
         rows = results["generation"][batch]
         assert {"gpt2", "minigpt", "minigpt_static"} <= set(rows)

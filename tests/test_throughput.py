@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import torch
 
@@ -50,3 +52,18 @@ def test_the_default_cache_lives_under_xdg_cache_home(tmp_path, monkeypatch):
 def test_a_small_matmul_measures_a_plausible_rate():
     flops = measure_matmul_flops(torch.device("cpu"), torch.float32, size=128, repeats=2)
     assert 1e7 < flops < 1e14  # any CPU from the last 20 years, nothing absurd
+
+
+def test_flush_denormal_reaches_torch_worker_threads():
+    # In a child, so the mode is not left on in pytest's process.
+    code = """
+import torch
+from minigpt.training.settings import HardwareSettings
+from minigpt.training.trainer import apply_cpu_settings
+apply_cpu_settings(HardwareSettings(torch_num_threads=2, flush_denormal=True))
+tiny = torch.full((1 << 16,), 1e-40)  # denormal in float32; split across both threads below
+assert torch.get_num_threads() == 2
+assert (tiny * 1.0).abs().max().item() == 0.0, "a thread still computes denormals"
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]

@@ -1,7 +1,7 @@
 """Per-step training time: the training path against a plain PyTorch loop and GPT-2 under a stock Trainer.
 
-Each contender trains in its own worker process (`worker.py`), so each keeps its own CPU settings:
-a denormal-flush mode reaches torch's worker threads only when set before they start. The parent
+Each contender trains in its own worker process (`worker.py`), so each keeps its own process-wide
+CPU settings (threads, denormal flushing), imports and allocator state. The parent
 interleaves the workers (one contender's short run, its long run, then the next contender), so load
 from other jobs hits all of them alike. Per-step time = (wall of a `long_steps` run - wall of a
 `short_steps` run) / (long_steps - short_steps): everything a run does once (building the model and

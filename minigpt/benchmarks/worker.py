@@ -1,10 +1,10 @@
 """One benchmark contender in its own process: `python -m minigpt.benchmarks.worker SPEC`.
 
 SPEC is JSON: {"contender", "config", "overrides", "warmup_steps"}. The worker applies the run's
-CPU settings first (threads; denormal flushing, which reaches torch's threads only when set
-before they start), builds the contender, warms it up, answers {"ready": true}, then for each
-line {"steps": N} on stdin trains N steps and answers {"wall": s, "cpu": s} on stdout. Everything
-the training itself prints goes to stderr (the parent's log file), never into the answers.
+CPU settings first (threads, denormal flushing), builds the contender, warms it up, answers
+{"ready": true}, then for each line {"steps": N} on stdin trains N steps and answers
+{"wall": s, "cpu": s} on stdout. Everything the training itself prints goes to stderr (the
+parent's log file), never into the answers.
 """
 
 from __future__ import annotations

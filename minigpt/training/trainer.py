@@ -246,8 +246,7 @@ def generation_defaults(model_config: MiniGPTConfig, training: TrainingSettings)
 def apply_cpu_settings(hardware: HardwareSettings) -> None:
     """Thread count and denormal flushing, for the rest of the process.
 
-    Call before any parallel torch op: a flush mode set later reaches the calling thread only,
-    not torch's worker threads, which copy it from the main thread when they start.
+    Both are process-wide from here on (torch's intra-op worker threads flush too).
     """
     if hardware.torch_num_threads is not None:
         # Oversubscribed cores (other jobs, several processes) stall torch's thread pool badly.
@@ -332,7 +331,7 @@ def run_training(
     the main thread. `resume=True` continues from the newest complete checkpoint in output_dir.
     """
     started = time.perf_counter()
-    apply_cpu_settings(run.hardware)  # first: worker threads copy the flush mode when they start
+    apply_cpu_settings(run.hardware)  # threads and denormal flushing, before any torch work
     check_optimizer_name(run.training)
     stop_controller = stop_controller or StopController()
     output_dir = Path(run.training.output_dir)
