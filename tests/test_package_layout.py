@@ -26,6 +26,7 @@ STAGE_RANK = {
     "minigpt.generation": 5,
     "minigpt.evaluation": 5,
     "minigpt.metrics": 5,
+    "minigpt.benchmarks": 6,
 }
 
 
