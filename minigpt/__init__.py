@@ -9,6 +9,7 @@ The package is laid out by pipeline stage, each importing only the stages below 
     hub/         store -> loading -> model_card, publishing
     generation, evaluation   using a trained model
     app/         the web app on the training API
+    benchmarks/  speed and quality against GPT-2 and a plain loop (scripts/benchmark.py)
 
 The names below are imported on first use, so `import minigpt` is cheap and loading a run config
 never imports torch; importing the model (`minigpt.MiniGPTForCausalLM`, `minigpt.model`)

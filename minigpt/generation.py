@@ -31,6 +31,7 @@ class SamplingSettings:
     top_p: float | None = None
     seed: int | None = None  # None: a random seed, reported so the text can be reproduced
     num_samples: int = 1
+    decoding: str = "dynamic"  # KV cache and compilation, one of DECODINGS (see decoding_options)
 
     def validate(self) -> None:
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
@@ -43,6 +44,33 @@ class SamplingSettings:
             raise ConfigError(f"--top-p must be in (0, 1], got {self.top_p}")
         if self.num_samples < 1:
             raise ConfigError(f"--num-samples must be >= 1, got {self.num_samples}")
+        if self.decoding not in DECODINGS:
+            raise ConfigError(f"--decoding must be one of {', '.join(DECODINGS)}, got {self.decoding!r}")
+
+
+DECODINGS = ("dynamic", "static", "compiled")
+
+
+def decoding_options(decoding: str) -> dict[str, Any]:
+    """`GenerationConfig` fields for a decoding mode.
+
+    dynamic   a cache that grows by one token per step (transformers' default): fastest for one
+              sample on a CPU, nothing to build first
+    static    a cache allocated once at the full length; every step attends over all of it, so it
+              is slower than dynamic in eager mode, and exists to be compiled
+    compiled  static cache plus `torch.compile`d decoding steps: the fastest per token once
+              compiled, but compiling takes tens of seconds on a CPU (per batch size and length),
+              so it pays only over many samples in one process
+    """
+    if decoding == "static":
+        return {"cache_implementation": "static", "disable_compile": True}
+    if decoding == "compiled":
+        from transformers import CompileConfig
+
+        compile_config = CompileConfig(fullgraph=True, dynamic=False, mode="default")
+        compile_config._compile_all_devices = True  # generate() compiles only on GPUs unless told
+        return {"cache_implementation": "static", "compile_config": compile_config}
+    return {}
 
 
 def build_generation_config(
@@ -113,6 +141,7 @@ def prepare_generation(
     # transformers warns at every call that also sets max_new_tokens.
     generation_config.max_length = input_ids.shape[1] + generation_config.max_new_tokens
     generation_config.max_new_tokens = None
+    generation_config.update(**decoding_options(settings.decoding))
     if generation_config.pad_token_id is None:
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         generation_config.pad_token_id = pad_id
@@ -197,8 +226,10 @@ def stream_text(
 
 
 __all__ = [
+    "DECODINGS",
     "SamplingSettings",
     "build_generation_config",
+    "decoding_options",
     "generate_samples",
     "prepare_generation",
     "prompt_ids",

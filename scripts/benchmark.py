@@ -1,150 +1,229 @@
-"""Side-by-side speed of MiniGPT and transformers' GPT-2 at the same shape.
+"""Speed and quality of MiniGPT against GPT-2 and a plain loop, side by side in one run.
 
-    python scripts/benchmark.py [--repeats 7] [--json results.json]
+    python scripts/benchmark.py                         # training and generation rows, data rows
+    python scripts/benchmark.py --default-run           # also the default run from nothing (~2.5 min)
+    python scripts/benchmark.py --compile --json out.json --markdown
 
-Measures, interleaving the models in every repeat so machine noise hits both alike:
-  - training: forward + backward tokens/s on (batch, context) random tokens;
-  - generation: KV-cached sampling tokens/s (batch 1, top-k 50), and the same without the cache.
-Reports medians and the MiniGPT / GPT-2 ratios. Defaults are the shape of issue #2: 4 layers,
-4 heads, hidden 128, vocab 2048, context 320, fp32, CPU.
+Rows (medians of --repeats, contenders interleaved in every repeat):
+  training    per-step time of the training path (`run_training`, as scripts/train.py), a plain
+              PyTorch loop with the same model, optimizer, clipping and schedule, and GPT-2 under
+              a stock Trainer: (wall of a --long-steps run - wall of a --short-steps run) / difference
+  generation  KV-cached sampling, 256 new tokens, top-k 50, batch 1 and 8, MiniGPT against GPT-2
+  data        tokenizer training, corpus preparation (cold and cached) and raw `tokenizers`
+  default run (--default-run) the run config from nothing: wall time and validation bits/byte
+The shape is the reference one: 4 layers, 4 heads, hidden 128, context 64, batch 12, vocab 2048,
+fp32; the rest of the architecture (positions, bias, activation) comes from --config.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
-import statistics
-import time
-from collections.abc import Callable
+import shutil
+import tempfile
+from pathlib import Path
 
-import torch
-from transformers import GPT2Config, GPT2LMHeadModel
-
-from minigpt import MiniGPTConfig, MiniGPTForCausalLM
 from minigpt.errors import run_cli
 
-
-def build_models(args: argparse.Namespace) -> dict[str, torch.nn.Module]:
-    """Both models with the same shape, no dropout, fp32, sdpa attention."""
-    torch.manual_seed(0)
-    minigpt = MiniGPTForCausalLM(
-        MiniGPTConfig(
-            vocab_size=args.vocab,
-            hidden_size=args.hidden,
-            num_hidden_layers=args.layers,
-            num_attention_heads=args.heads,
-            max_position_embeddings=args.context,
-        )
-    )
-    gpt2 = GPT2LMHeadModel(
-        GPT2Config(
-            vocab_size=args.vocab,
-            n_embd=args.hidden,
-            n_layer=args.layers,
-            n_head=args.heads,
-            n_positions=args.context,
-            resid_pdrop=0.0,
-            embd_pdrop=0.0,
-            attn_pdrop=0.0,
-        )
-    )
-    return {"minigpt": minigpt, "gpt2": gpt2}
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG = REPO_ROOT / "configs" / "shakespeare.yaml"
+SECTIONS = ("training", "generation", "data")
 
 
-def time_call(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
-def train_step(model: torch.nn.Module, ids: torch.Tensor) -> Callable[[], None]:
-    def step() -> None:
-        model.zero_grad(set_to_none=True)
-        model(input_ids=ids, labels=ids).loss.backward()
-
-    return step
-
-
-def sample(
-    model: torch.nn.Module, prompt: torch.Tensor, new_tokens: int, use_cache: bool
-) -> Callable[[], None]:
-    def run() -> None:
-        torch.manual_seed(0)
-        with torch.no_grad():
-            out = model.generate(
-                prompt,
-                attention_mask=torch.ones_like(prompt),
-                max_new_tokens=new_tokens,
-                min_new_tokens=new_tokens,
-                do_sample=True,
-                top_k=50,
-                use_cache=use_cache,
-                pad_token_id=0,
-                eos_token_id=None,
-            )
-        assert out.shape[1] == prompt.shape[1] + new_tokens
-
-    return run
-
-
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="run config of the training path")
+    parser.add_argument(
+        "--set", nargs="+", default=[], metavar="SECTION.KEY=VALUE", help="run-config overrides for --config"
     )
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--context", type=int, default=64, help="training block size")
+    parser.add_argument("--batch", type=int, default=12, help="training batch size")
     parser.add_argument("--vocab", type=int, default=2048)
-    parser.add_argument("--context", type=int, default=320)
-    parser.add_argument("--batch", type=int, default=8, help="training batch size")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (reference: 2)")
+    parser.add_argument("--short-steps", type=int, default=100)
+    parser.add_argument("--long-steps", type=int, default=400)
+    parser.add_argument("--repeats", type=int, default=3, help="training repeats (medians)")
+    parser.add_argument("--contenders", nargs="+", default=None, help="training contenders (default: all)")
     parser.add_argument("--prompt-tokens", type=int, default=16)
     parser.add_argument("--new-tokens", type=int, default=256)
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--no-cache-repeats", type=int, default=3, help="uncached generation is slow")
-    parser.add_argument("--json", help="also write the results to this file")
-    args = parser.parse_args()
+    parser.add_argument("--gen-batches", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--gen-repeats", type=int, default=5)
+    parser.add_argument(
+        "--compile", action="store_true", help="also time compiled decoding (~30 s to compile)"
+    )
+    parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS), help="rows to measure")
+    parser.add_argument("--default-run", action="store_true", help="also train --config from nothing (slow)")
+    parser.add_argument("--default-run-overrides", nargs="*", default=[], help="overrides for that run")
+    parser.add_argument("--workdir", type=Path, help="work folder (default: a temporary one, removed)")
+    parser.add_argument("--json", type=Path, help="also write the results to this file")
+    parser.add_argument("--markdown", action="store_true", help="also print the results as a README table")
+    return parser.parse_args(argv)
 
-    models = build_models(args)
-    ids = torch.randint(0, args.vocab, (args.batch, args.context), generator=torch.Generator().manual_seed(0))
-    prompt = torch.randint(0, args.vocab, (1, args.prompt_tokens), generator=torch.Generator().manual_seed(1))
-    tasks = {
-        "train_tokens_per_s": (lambda m: train_step(m.train(), ids), args.batch * args.context, args.repeats),
-        "cached_sample_tokens_per_s": (
-            lambda m: sample(m.eval(), prompt, args.new_tokens, True),
-            args.new_tokens,
-            args.repeats,
-        ),
-        "uncached_sample_tokens_per_s": (
-            lambda m: sample(m.eval(), prompt, args.new_tokens, False),
-            args.new_tokens,
-            args.no_cache_repeats,
-        ),
-    }
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; shape {vars(args)}")
-    results: dict[str, dict[str, float]] = {}
-    for task, (make, tokens, repeats) in tasks.items():
-        runs = {name: make(model) for name, model in models.items()}
-        for run in runs.values():
-            run()  # warm-up: allocator, sdpa kernel choice
-        times: dict[str, list[float]] = {name: [] for name in runs}
-        for _ in range(repeats):
-            for name, run in runs.items():  # interleaved: noise hits both models alike
-                times[name].append(time_call(run))
-        results[task] = {name: tokens / statistics.median(t) for name, t in times.items()}
-        ratio = results[task]["minigpt"] / results[task]["gpt2"]
-        results[task]["ratio_minigpt_over_gpt2"] = ratio
-        print(
-            f"{task:30s} minigpt {results[task]['minigpt']:10.0f}  gpt2 {results[task]['gpt2']:10.0f}  "
-            f"ratio {ratio:.2f}  (median of {repeats})"
-        )
-    for name in models:
-        speedup = results["cached_sample_tokens_per_s"][name] / results["uncached_sample_tokens_per_s"][name]
-        results.setdefault("cache_speedup", {})[name] = speedup
-        print(f"KV cache speedup at {args.new_tokens} new tokens, {name}: {speedup:.2f}x")
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from minigpt.training.run_config import load_run_config  # cheap: the config is checked first
+
+    load_run_config(args.config, args.set)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="minigpt-benchmark-"))
+    try:
+        results = measure(args, workdir)
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    print_results(results)
+    if args.markdown:
+        print(markdown_table(results))
     if args.json:
-        with open(args.json, "w") as handle:
-            json.dump({"args": vars(args), "results": results}, handle, indent=2)
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0
+
+
+def measure(args: argparse.Namespace, workdir: Path) -> dict:
+    import torch
+
+    from minigpt.benchmarks.data_speed import compare_data
+    from minigpt.benchmarks.default_run import time_default_run
+    from minigpt.benchmarks.generation_speed import GenerationBenchmark, compare_generation
+    from minigpt.benchmarks.machine import describe_machine, load_average
+    from minigpt.benchmarks.training_speed import CONTENDERS, TrainingBenchmark, compare_training
+    from minigpt.training.run_config import load_run_config
+    from minigpt.training.trainer import apply_cpu_settings
+
+    training = TrainingBenchmark(
+        config=args.config,
+        workdir=workdir / "training",
+        layers=args.layers,
+        heads=args.heads,
+        hidden=args.hidden,
+        context=args.context,
+        batch=args.batch,
+        vocab=args.vocab,
+        threads=args.threads,
+        short_steps=args.short_steps,
+        long_steps=args.long_steps,
+        repeats=args.repeats,
+        contenders=tuple(args.contenders or CONTENDERS),
+        extra_overrides=list(args.set),
+    )
+    run = load_run_config(args.config, training.overrides())
+    apply_cpu_settings(run.hardware)  # generation and data rows run here, with the run's CPU settings
+    results: dict = {
+        "command": "python scripts/benchmark.py " + " ".join(map(str, argv_of(args))),
+        "machine": {**describe_machine(), "threads": torch.get_num_threads()},
+        "load_before": load_average(),
+    }
+    if "training" in args.only:
+        results["training"] = {**compare_training(training, progress=note), "shape": shape_of(training)}
+    if "generation" in args.only:
+        model = dataclasses.asdict(run.model)
+        keep = ("position_embedding_type", "bias", "hidden_act", "rope_parameters", "tie_word_embeddings")
+        generation = GenerationBenchmark(
+            layers=args.layers,
+            heads=args.heads,
+            hidden=args.hidden,
+            vocab=args.vocab,
+            prompt_tokens=args.prompt_tokens,
+            new_tokens=args.new_tokens,
+            batches=tuple(args.gen_batches),
+            repeats=args.gen_repeats,
+            compiled=args.compile,
+            model_overrides={k: model[k] for k in keep if k in model},
+        )
+        results["generation"] = compare_generation(generation, progress=note)
+    if "data" in args.only:
+        results["data"] = compare_data(run, workdir / "data-speed")
+        note(f"data: {results['data']}")
+    if args.default_run:
+        results["default_run"] = time_default_run(
+            args.config, workdir / "default-run", args.default_run_overrides
+        )
+    results["load_after"] = load_average()
+    return results
+
+
+def argv_of(args: argparse.Namespace) -> list[str]:
+    """The non-default options, to print the command that reproduces the table."""
+    defaults = vars(parse_args([]))
+    parts: list[str] = []
+    for key, value in vars(args).items():
+        if key in ("json", "markdown", "workdir") or value == defaults[key]:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            parts.append(flag)
+        elif isinstance(value, list):
+            parts += [flag, *map(str, value)]
+        else:
+            parts += [flag, str(value)]
+    return parts
+
+
+def shape_of(bench) -> dict:
+    keys = ("layers", "heads", "hidden", "context", "batch", "vocab", "threads", "short_steps", "long_steps")
+    return {key: getattr(bench, key) for key in keys}
+
+
+def note(line: str) -> None:
+    print(line, flush=True)
+
+
+def print_results(results: dict) -> None:
+    print(
+        f"\nmachine: {results['machine']}; load {results['load_before']:.2f} -> {results['load_after']:.2f}"
+    )
+    for line in table_rows(results):
+        print("  ".join(f"{cell:>14}" if i else f"{cell:<44}" for i, cell in enumerate(line)))
+
+
+def table_rows(results: dict) -> list[list[str]]:
+    """[what, value, ratio] rows shared by the terminal table and the markdown one."""
+    rows = [["", "value", "ratio"]]
+    training = results.get("training")
+    if training:
+        for name, row in training["rows"].items():
+            rows.append([f"training: {name}, ms/step", f"{row['ms_per_step']:.1f}", ""])
+        ratios = training["ratios"]
+        if "training_path_over_plain_loop" in ratios:
+            rows.append(
+                ["training path time / plain loop time", "", f"{ratios['training_path_over_plain_loop']:.3f}"]
+            )
+        for gpt2 in ("gpt2_trainer", "gpt2_trainer_flush"):
+            if f"speedup_over_{gpt2}" in ratios:
+                rows.append(
+                    [f"training path speedup over {gpt2}", "", f"{ratios[f'speedup_over_{gpt2}']:.2f}x"]
+                )
+    for batch, contenders in (results.get("generation") or {}).items():
+        for name, row in contenders.items():
+            ratio = "" if name == "gpt2" else f"{row['speedup_over_gpt2']:.2f}x"
+            rows.append(
+                [f"generation {batch.replace('_', ' ')}: {name}, tok/s", f"{row['tokens_per_s']:.0f}", ratio]
+            )
+    data = results.get("data")
+    if data:
+        rows.append(["data: tokenizer training, s", f"{data['tokenizer_s']:.1f}", ""])
+        rows.append(["data: prepare_corpus (cold), s", f"{data['prepare_s']:.2f}", ""])
+        rows.append(["data: prepare_corpus (cached), s", f"{data['cached_s']:.2f}", ""])
+        rows.append(["data: raw tokenizers encode, s", f"{data['raw_s']:.2f}", ""])
+        rows.append(["data: prepare / raw throughput", "", f"{data['prepare_over_raw_throughput']:.2f}"])
+    run = results.get("default_run")
+    if run:
+        rows.append(["default run: wall s (imports included)", f"{run['wall_s']:.0f}", ""])
+        rows.append(["default run: validation bits/byte", f"{run['eval_bpb']:.3f}", ""])
+    return rows
+
+
+def markdown_table(results: dict) -> str:
+    rows = table_rows(results)
+    lines = ["| " + " | ".join(rows[0]) + " |", "|---|---:|---:|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows[1:]]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

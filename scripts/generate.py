@@ -16,7 +16,7 @@ from pathlib import Path
 
 from minigpt.errors import DataError, run_cli
 from minigpt.evaluation import read_run_config
-from minigpt.generation import SamplingSettings, generate_samples
+from minigpt.generation import DECODINGS, SamplingSettings, generate_samples
 from minigpt.hub.loading import load_model, load_tokenizer, resolve_model
 
 
@@ -42,6 +42,13 @@ def parse_args() -> argparse.Namespace:
         "--seed", type=int, default=None, help="sample i uses seed + i (default: random, printed)"
     )
     parser.add_argument("--num-samples", type=int, default=1)
+    parser.add_argument(
+        "--decoding",
+        choices=DECODINGS,
+        default="dynamic",
+        help="KV cache: dynamic (fastest for a few samples), static, or compiled (static + torch.compile: "
+        "fastest per token, but compiling takes tens of seconds, so only for many samples)",
+    )
     return parser.parse_args()
 
 
@@ -62,6 +69,7 @@ def main() -> None:
         top_p=args.top_p,
         seed=args.seed,
         num_samples=args.num_samples,
+        decoding=args.decoding,
     )
 
     def header(i: int, seed: int) -> None:

@@ -77,6 +77,20 @@ def build_tiny_tokenizer(vocab_size: int = 300):
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|pad|>")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def minigpt_cache_dir(tmp_path_factory):
+    """The measured peak FLOP/s goes to a per-session folder, not the user's ~/.cache/minigpt
+    (child processes inherit it)."""
+    folder = tmp_path_factory.mktemp("minigpt-cache")
+    previous = os.environ.get("MINIGPT_CACHE_DIR")
+    os.environ["MINIGPT_CACHE_DIR"] = str(folder)
+    yield folder
+    if previous is None:
+        os.environ.pop("MINIGPT_CACHE_DIR", None)
+    else:
+        os.environ["MINIGPT_CACHE_DIR"] = previous
+
+
 @pytest.fixture
 def subprocess_env(tmp_path):
     """Environment for a child Python: offline, run from a folder outside the repo."""

@@ -89,9 +89,26 @@ def test_greedy_generation_ignores_the_seed(run):
     assert greedy[0] == greedy[1]
 
 
+def test_a_static_cache_samples_the_same_text_as_the_dynamic_one(run):
+    location = resolve_model(run)
+    model, tokenizer = load_model(location), load_tokenizer(location)
+    texts = {
+        decoding: generate_samples(
+            model,
+            tokenizer,
+            "To be",
+            SamplingSettings(temperature=1.0, top_k=20, max_new_tokens=12, seed=3, decoding=decoding),
+            stream=False,
+        )
+        for decoding in ("dynamic", "static")
+    }
+    assert texts["static"] == texts["dynamic"]
+
+
 @pytest.mark.parametrize(
     "settings, match",
     [
+        (SamplingSettings(decoding="fast"), "--decoding"),
         (SamplingSettings(max_new_tokens=500), "exceeds the model's context of 64"),
         (SamplingSettings(top_p=1.5), "--top-p"),
         (SamplingSettings(temperature=-1), "--temperature"),

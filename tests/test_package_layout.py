@@ -27,6 +27,7 @@ STAGE_RANK = {
     "minigpt.evaluation": 5,
     "minigpt.metrics": 5,
     "minigpt.app": 6,  # the web app: runs training, loads and generates
+    "minigpt.benchmarks": 6,
 }
 
 

@@ -2,15 +2,25 @@
 
 Written by hand because Trainer reports samples/s for the whole run only, and its `total_flos`
 (6 x parameters x tokens) leaves out attention, which matters at small widths and long contexts.
+MFU divides by a device's peak FLOP/s: a number from the spec sheet, or (`peak_flops: auto`) the
+best matmul rate measured once on this machine and cached in `~/.cache/minigpt/peak_flops.json`.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import platform
 import time
+from pathlib import Path
 
+import torch
 from torch import nn
 
+from ..atomic import atomic_write_file
 from ..model.configuration_minigpt import MiniGPTConfig
+
+PEAK_FLOPS_FILE = "peak_flops.json"
 
 
 def matmul_parameter_count(model: nn.Module, config: MiniGPTConfig) -> int:
@@ -69,3 +79,84 @@ class ThroughputMeter:
         mfu = tokens_per_second * self.flops_per_token / (self.peak_flops * self.num_devices)
         self._window_seconds, self._window_steps = 0.0, 0
         return {"tokens_per_second": tokens_per_second, "mfu": mfu}
+
+
+def cache_dir() -> Path:
+    """MiniGPT's per-user cache folder: `$MINIGPT_CACHE_DIR`, else `$XDG_CACHE_HOME/minigpt`, else
+    `~/.cache/minigpt`."""
+    if os.environ.get("MINIGPT_CACHE_DIR"):
+        return Path(os.environ["MINIGPT_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "minigpt"
+
+
+def device_name(device: torch.device) -> str:
+    """A name that identifies the hardware behind `device` (CPU model or GPU name)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def peak_flops_key(device: torch.device, dtype: torch.dtype) -> str:
+    """Cache key: what the measured rate depends on (hardware, threads on CPU, dtype, torch)."""
+    where = f"{torch.get_num_threads()} threads" if device.type == "cpu" else device.type
+    return (
+        f"{device_name(device)} | {where} | {str(dtype).removeprefix('torch.')} | torch {torch.__version__}"
+    )
+
+
+def measure_matmul_flops(
+    device: torch.device, dtype: torch.dtype, size: int | None = None, repeats: int = 5
+) -> float:
+    """Best FLOP/s of a square `size` x `size` matmul over `repeats` timed runs (after one warm-up).
+
+    The best run, not the median: on a shared machine other jobs only ever make a run slower.
+    """
+    size = size or (8192 if device.type == "cuda" else 2048)
+    a = torch.randn(size, size, device=device).to(dtype)  # (size, size)
+    b = torch.randn(size, size, device=device).to(dtype)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    a @ b  # warm-up: thread pool, kernel selection
+    sync()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        sync()
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best  # a multiply and an add per term
+
+
+def resolve_peak_flops(
+    setting: float | str, device: torch.device, dtype: torch.dtype, cache_file: Path | None = None
+) -> float:
+    """`hardware.peak_flops` as a number: itself, or for "auto" the cached or freshly measured
+    matmul peak of `device` at `dtype` (with the current torch thread count on CPU)."""
+    if setting != "auto":
+        return float(setting)
+    cache_file = cache_file or cache_dir() / PEAK_FLOPS_FILE
+    key = peak_flops_key(device, dtype)
+    try:
+        cached = json.loads(cache_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        cached = {}
+    if not isinstance(cached, dict):
+        cached = {}
+    entry = cached.get(key)
+    if isinstance(entry, dict) and isinstance(entry.get("flops"), int | float) and entry["flops"] > 0:
+        return float(entry["flops"])
+    flops = measure_matmul_flops(device, dtype)
+    cached[key] = {"flops": flops, "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
+    try:
+        with atomic_write_file(cache_file, encoding="utf-8") as handle:
+            json.dump(cached, handle, indent=2)
+    except OSError:
+        pass  # a read-only home: measure again next time
+    return flops

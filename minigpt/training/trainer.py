@@ -70,7 +70,7 @@ from .settings import (
     effective_batch_size,
     require_choice,
 )
-from .throughput import ThroughputMeter, flops_per_token
+from .throughput import ThroughputMeter, flops_per_token, resolve_peak_flops
 
 
 @dataclass
@@ -243,6 +243,23 @@ def generation_defaults(model_config: MiniGPTConfig, training: TrainingSettings)
     )
 
 
+def apply_cpu_settings(hardware: HardwareSettings) -> None:
+    """Thread count and denormal flushing, for the rest of the process.
+
+    Both are process-wide from here on (torch's intra-op worker threads flush too).
+    """
+    if hardware.torch_num_threads is not None:
+        # Oversubscribed cores (other jobs, several processes) stall torch's thread pool badly.
+        torch.set_num_threads(hardware.torch_num_threads)
+    if hardware.flush_denormal:
+        torch.set_flush_denormal(True)  # False where the CPU cannot (no x86 DAZ): nothing to gain there
+
+
+def training_dtype(hardware: HardwareSettings) -> torch.dtype:
+    """The dtype matmuls run in: bf16 / fp16 under mixed precision, else fp32."""
+    return torch.bfloat16 if hardware.bf16 else torch.float16 if hardware.fp16 else torch.float32
+
+
 def build_trainer(
     run: RunConfig,
     args: TrainingArguments,
@@ -257,10 +274,12 @@ def build_trainer(
     """The run's Trainer, with MiniGPT's callbacks: step timer, log lines, metrics.jsonl, samples."""
     output_dir = Path(run.training.output_dir)
     tokens_per_step = effective_batch_size(run.hardware, args.world_size) * run.data.block_size
+    with args.main_process_first(desc="peak FLOP/s"):  # one process measures, the others read the cache
+        peak_flops = resolve_peak_flops(run.hardware.peak_flops, args.device, training_dtype(run.hardware))
     meter = ThroughputMeter(
         tokens_per_step=tokens_per_step,
         flops_per_token=flops_per_token(model, model.config, run.data.block_size),
-        peak_flops=run.hardware.peak_flops,
+        peak_flops=peak_flops,
         num_devices=args.world_size,
     )
     own_callbacks: list[TrainerCallback] = [
@@ -312,10 +331,8 @@ def run_training(
     the main thread. `resume=True` continues from the newest complete checkpoint in output_dir.
     """
     started = time.perf_counter()
+    apply_cpu_settings(run.hardware)  # threads and denormal flushing, before any torch work
     check_optimizer_name(run.training)
-    if run.hardware.torch_num_threads is not None:
-        # Oversubscribed cores (other jobs, several processes) stall torch's thread pool badly.
-        torch.set_num_threads(run.hardware.torch_num_threads)
     stop_controller = stop_controller or StopController()
     output_dir = Path(run.training.output_dir)
     args = build_training_arguments(run)  # also sets up the process group under `accelerate launch`
@@ -491,6 +508,7 @@ def describe_result(result: TrainingResult) -> str:
 __all__ = [
     "MiniGPTTrainer",
     "TrainingResult",
+    "apply_cpu_settings",
     "build_model",
     "build_trainer",
     "build_training_arguments",

@@ -1,0 +1,171 @@
+"""Per-step training time: the training path against a plain PyTorch loop and GPT-2 under a stock Trainer.
+
+Each contender trains in its own worker process (`worker.py`), so each keeps its own process-wide
+CPU settings (threads, denormal flushing), imports and allocator state. The parent
+interleaves the workers (one contender's short run, its long run, then the next contender), so load
+from other jobs hits all of them alike. Per-step time = (wall of a `long_steps` run - wall of a
+`short_steps` run) / (long_steps - short_steps): everything a run does once (building the model and
+the Trainer, the final evaluation and save) cancels out, what it does every step stays in.
+
+Contenders, all at the same shape (layers, heads, hidden, context, batch, vocabulary) and data:
+  training_path       `run_training` with the run config (what `scripts/train.py` does)
+  plain_loop          the same model, fused AdamW, clipping, warmup + cosine, in a bare loop
+  gpt2_trainer        `GPT2LMHeadModel` under a stock `Trainer` (in-memory Dataset, default collator)
+  gpt2_trainer_flush  the same with denormals flushed, as the CPU profile sets for MiniGPT
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+CONTENDERS = ("training_path", "plain_loop", "gpt2_trainer", "gpt2_trainer_flush")
+
+
+@dataclass
+class TrainingBenchmark:
+    """What to time: a run config at a given shape, two run lengths, repeats, threads, a work folder."""
+
+    config: Path  # run config (model, training and hardware settings of the training path)
+    workdir: Path  # tokenizer, prepared data, run folders and worker logs
+    layers: int = 4
+    heads: int = 4
+    hidden: int = 128
+    context: int = 64  # tokens per block = max_position_embeddings
+    batch: int = 12  # blocks per step
+    vocab: int = 2048  # tokenizer vocabulary
+    threads: int = 2  # torch threads in every worker
+    short_steps: int = 100
+    long_steps: int = 400
+    repeats: int = 3
+    contenders: tuple[str, ...] = CONTENDERS
+    extra_overrides: list[str] = field(default_factory=list)  # more run-config overrides, applied last
+
+    def overrides(self) -> list[str]:
+        """Run-config overrides that set the shape, the threads and where files go."""
+        return [
+            f"model.num_hidden_layers={self.layers}",
+            f"model.num_attention_heads={self.heads}",
+            f"model.hidden_size={self.hidden}",
+            f"model.max_position_embeddings={self.context}",
+            f"data.block_size={self.context}",
+            f"hardware.per_device_train_batch_size={self.batch}",
+            f"hardware.torch_num_threads={self.threads}",
+            f"tokenizer.vocab_size={self.vocab}",
+            f"tokenizer.path={self.workdir / f'tokenizer-{self.vocab}'}",
+            "tokenizer.show_progress=false",
+            f"data.cache_dir={self.workdir / 'data'}",
+            "data.show_progress=false",
+            f"training.output_dir={self.workdir / 'training-path'}",
+            "training.overwrite_output_dir=true",
+            f"training.sample_max_new_tokens={max(1, self.context // 4)}",
+            *self.extra_overrides,
+        ]
+
+
+class Worker:
+    """One contender in its own process: `run(steps)` trains that many steps and returns its timings."""
+
+    def __init__(self, contender: str, bench: TrainingBenchmark) -> None:
+        spec = {"contender": contender, "config": str(bench.config), "overrides": bench.overrides()}
+        spec["warmup_steps"] = min(10, bench.short_steps)
+        self.log_path = bench.workdir / f"worker-{contender}.log"
+        self.log = self.log_path.open("w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "minigpt.benchmarks.worker", json.dumps(spec)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+        )
+
+    def wait_ready(self) -> None:
+        """Block until the worker has built its contender and warmed it up."""
+        self._read()
+
+    def run(self, steps: int) -> dict[str, float]:
+        """{"wall": seconds, "cpu": process CPU seconds} of one run of `steps` optimizer steps."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps({"steps": steps}) + "\n")
+        self.process.stdin.flush()
+        return self._read()
+
+    def _read(self) -> dict[str, Any]:
+        stdout: IO[str] | None = self.process.stdout
+        line = stdout.readline() if stdout is not None else ""
+        if not line:
+            self.close()
+            tail = self.log_path.read_text()[-3000:]
+            raise RuntimeError(f"benchmark worker died; the end of {self.log_path}:\n{tail}")
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self.process.stdin is not None and not self.process.stdin.closed:
+            self.process.stdin.close()
+        self.process.wait(timeout=60)
+        self.log.close()
+
+
+def prepare_inputs(bench: TrainingBenchmark) -> None:
+    """Train the tokenizer and prepare the blocks the contenders share (cached for the workers)."""
+    from ..data.corpus import prepare_corpus
+    from ..data.tokenizer import load_or_train_tokenizer
+    from ..training.run_config import load_run_config
+
+    run = load_run_config(bench.config, bench.overrides())
+    tokenizer = load_or_train_tokenizer(run.tokenizer, run.data)
+    prepare_corpus(run.data, tokenizer, max_position_embeddings=run.model.max_position_embeddings)
+
+
+def compare_training(
+    bench: TrainingBenchmark, progress: Callable[[str], None] = lambda line: None
+) -> dict[str, Any]:
+    """Per-step wall and CPU time of every contender (medians over repeats) and their ratios."""
+    bench.workdir.mkdir(parents=True, exist_ok=True)
+    prepare_inputs(bench)  # tokenizer and blocks once, before the workers that read them
+    workers: dict[str, Worker] = {}
+    try:
+        progress(f"starting {', '.join(bench.contenders)}")
+        for name in bench.contenders:  # started together: imports and warm-ups overlap
+            workers[name] = Worker(name, bench)
+        for worker in workers.values():
+            worker.wait_ready()
+        per_step: dict[str, list[tuple[float, float]]] = {name: [] for name in workers}
+        extra = bench.long_steps - bench.short_steps
+        for repeat in range(bench.repeats):
+            for name, worker in workers.items():
+                short, long = worker.run(bench.short_steps), worker.run(bench.long_steps)
+                wall = (long["wall"] - short["wall"]) / extra
+                cpu = (long["cpu"] - short["cpu"]) / extra
+                per_step[name].append((wall, cpu))
+                progress(f"repeat {repeat + 1}/{bench.repeats} {name}: {1e3 * wall:.1f} ms/step")
+    finally:
+        for worker in workers.values():
+            worker.close()
+    tokens = bench.batch * bench.context
+    rows = {}
+    for name, samples in per_step.items():
+        wall = statistics.median(w for w, _ in samples)
+        rows[name] = {
+            "ms_per_step": 1e3 * wall,
+            "cpu_ms_per_step": 1e3 * statistics.median(c for _, c in samples),
+            "tokens_per_s": tokens / wall,
+            "ms_per_step_all": [round(1e3 * w, 2) for w, _ in samples],
+        }
+    ratios = {}
+    path = rows.get("training_path")
+    if path and "plain_loop" in rows:
+        ratios["training_path_over_plain_loop"] = path["ms_per_step"] / rows["plain_loop"]["ms_per_step"]
+    for gpt2 in ("gpt2_trainer", "gpt2_trainer_flush"):
+        if path and gpt2 in rows:
+            ratios[f"speedup_over_{gpt2}"] = rows[gpt2]["ms_per_step"] / path["ms_per_step"]
+    return {"rows": rows, "ratios": ratios}
+
+
+__all__ = ["CONTENDERS", "TrainingBenchmark", "Worker", "compare_training"]

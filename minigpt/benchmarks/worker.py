@@ -1,0 +1,49 @@
+"""One benchmark contender in its own process: `python -m minigpt.benchmarks.worker SPEC`.
+
+SPEC is JSON: {"contender", "config", "overrides", "warmup_steps"}. The worker applies the run's
+CPU settings first (threads, denormal flushing), builds the contender, warms it up, answers
+{"ready": true}, then for each line {"steps": N} on stdin trains N steps and answers
+{"wall": s, "cpu": s} on stdout. Everything the training itself prints goes to stderr (the
+parent's log file), never into the answers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(argv[0])
+    answers = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # progress bars and log lines of the training go to the log, not the answers
+
+    from ..training.run_config import load_run_config
+    from ..training.trainer import apply_cpu_settings
+    from .contenders import build_contender
+
+    run = load_run_config(spec["config"], spec["overrides"])
+    contender = spec["contender"]
+    if contender == "gpt2_trainer":  # stock: the CPU as a plain PyTorch user gets it
+        run = dataclasses.replace(run, hardware=dataclasses.replace(run.hardware, flush_denormal=False))
+    elif contender == "gpt2_trainer_flush":
+        run = dataclasses.replace(run, hardware=dataclasses.replace(run.hardware, flush_denormal=True))
+    apply_cpu_settings(run.hardware)
+    train = build_contender(contender, run)
+    train(spec["warmup_steps"])  # first-call costs (lazy imports, allocator) out of the timed runs
+    answers.write(json.dumps({"ready": True}) + "\n")
+    for line in sys.stdin:
+        steps = json.loads(line)["steps"]
+        wall, cpu = time.perf_counter(), time.process_time()
+        train(steps)
+        answers.write(
+            json.dumps({"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}) + "\n"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
