@@ -70,7 +70,7 @@ from .settings import (
     effective_batch_size,
     require_choice,
 )
-from .throughput import ThroughputMeter, flops_per_token, resolve_peak_flops
+from .throughput import PEAK_FLOPS_FILE, ThroughputMeter, cache_dir, flops_per_token, resolve_peak_flops
 
 
 @dataclass
@@ -385,7 +385,8 @@ def run_training(
         stop_controller=stop_controller,
     )
     if main:
-        print(describe_run(run, model, args, len(corpus.train), len(corpus.validation)), flush=True)
+        peak = trainer.throughput.peak_flops if trainer.throughput is not None else None
+        print(describe_run(run, model, args, len(corpus.train), len(corpus.validation), peak), flush=True)
 
     with stop_controller.install_signal_handlers():
         trainer.train(resume_from_checkpoint=checkpoint)
@@ -453,25 +454,37 @@ def save_final_model(
 
 
 def describe_run(
-    run: RunConfig, model: nn.Module, args: TrainingArguments, train_blocks: int, val_blocks: int
+    run: RunConfig,
+    model: nn.Module,
+    args: TrainingArguments,
+    train_blocks: int,
+    val_blocks: int,
+    peak_flops: float | None = None,
 ) -> str:
-    """The lines printed before training: model size, data, effective batch."""
+    """The lines printed before training: model size, data, effective batch, MFU's peak."""
     h = run.hardware
     params = sum(p.numel() for p in model.parameters())
     batch = effective_batch_size(h, args.world_size)
     precision = "bf16" if h.bf16 else "fp16" if h.fp16 else "fp32"
-    return "\n".join(
-        [
-            f"model: {params / 1e6:.2f}M parameters ({run.model.num_hidden_layers} layers, hidden "
-            f"{run.model.hidden_size}, vocab {model.config.vocab_size}, context {run.data.block_size})",
-            f"data: {train_blocks:,} training blocks, {val_blocks:,} validation blocks of {run.data.block_size} tokens",
-            f"effective batch: {h.per_device_train_batch_size} per device x {h.gradient_accumulation_steps} "
-            f"accumulation x {args.world_size} process(es) = {batch} sequences = "
-            f"{batch * run.data.block_size:,} tokens per step",
-            f"device: {args.device} | {precision} | attention {h.attn_implementation} | "
-            f"compile {'on' if h.torch_compile else 'off'} | {run.training.max_steps} steps -> {run.training.output_dir}",
-        ]
-    )
+    lines = [
+        f"model: {params / 1e6:.2f}M parameters ({run.model.num_hidden_layers} layers, hidden "
+        f"{run.model.hidden_size}, vocab {model.config.vocab_size}, context {run.data.block_size})",
+        f"data: {train_blocks:,} training blocks, {val_blocks:,} validation blocks of {run.data.block_size} tokens",
+        f"effective batch: {h.per_device_train_batch_size} per device x {h.gradient_accumulation_steps} "
+        f"accumulation x {args.world_size} process(es) = {batch} sequences = "
+        f"{batch * run.data.block_size:,} tokens per step",
+        f"device: {args.device} | {precision} | attention {h.attn_implementation} | "
+        f"compile {'on' if h.torch_compile else 'off'} | {run.training.max_steps} steps -> {run.training.output_dir}",
+    ]
+    if peak_flops is not None:
+        lines.append(f"MFU against {peak_flops:.3g} FLOP/s per device ({_peak_source(h.peak_flops)})")
+    return "\n".join(lines)
+
+
+def _peak_source(setting: float | str) -> str:
+    if setting != "auto":
+        return "hardware.peak_flops"
+    return f"measured once, cached in {cache_dir() / PEAK_FLOPS_FILE}; delete it to measure again"
 
 
 def summary_record(result: TrainingResult) -> dict[str, Any]:
