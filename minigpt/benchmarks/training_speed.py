@@ -57,6 +57,7 @@ class TrainingBenchmark:
             f"data.block_size={self.context}",
             f"hardware.per_device_train_batch_size={self.batch}",
             f"hardware.torch_num_threads={self.threads}",
+            "hardware.bf16=false",  # the reference precision is fp32 for every contender
             f"tokenizer.vocab_size={self.vocab}",
             f"tokenizer.path={self.workdir / f'tokenizer-{self.vocab}'}",
             "tokenizer.show_progress=false",

@@ -138,7 +138,7 @@ class MiniGPTTrainer(AtomicCheckpointTrainer):
 
 def build_training_arguments(run: RunConfig) -> TrainingArguments:
     """TrainingArguments from the `training` and `hardware` sections (same key names)."""
-    t, h = run.training, run.hardware
+    t, h = run.training, resolve_hardware(run.hardware)
     optional = {"tf32": h.tf32} if h.tf32 is not None else {}
     try:
         return _training_arguments(t, h, optional)
@@ -217,7 +217,8 @@ def check_optimizer_name(training: TrainingSettings) -> None:
 def build_model(run: RunConfig, tokenizer: PreTrainedTokenizerBase) -> PreTrainedModel:
     """A freshly initialised MiniGPT sized to the tokenizer (len(tokenizer) tokens, its special ids)."""
     config = build_model_config(run.model, tokenizer)
-    model = AutoModelForCausalLM.from_config(config, attn_implementation=run.hardware.attn_implementation)
+    attention = resolve_hardware(run.hardware).attn_implementation
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=attention)
     model.generation_config = generation_defaults(config, run.training)  # saved with every checkpoint
     return model
 
@@ -255,8 +256,33 @@ def apply_cpu_settings(hardware: HardwareSettings) -> None:
         torch.set_flush_denormal(True)  # False where the CPU cannot (no x86 DAZ): nothing to gain there
 
 
+def resolve_hardware(hardware: HardwareSettings) -> HardwareSettings:
+    """The hardware section with its `auto` values decided for this machine.
+
+    bf16: on where matmuls are faster in it (a CPU with AMX-BF16, a GPU with bf16), never with
+    fp16. Attention: plain matmul attention ("eager") for bf16 on a CPU, where torch's sdpa kernel
+    is 3x slower than in fp32; sdpa everywhere else.
+    """
+    on_cpu = hardware.use_cpu or not torch.cuda.is_available()
+    bf16 = hardware.bf16
+    if bf16 == "auto":
+        bf16 = not hardware.fp16 and (cpu_has_fast_bf16() if on_cpu else torch.cuda.is_bf16_supported())
+    attention = hardware.attn_implementation
+    if attention == "auto":
+        attention = "eager" if on_cpu and bf16 else "sdpa"
+    return dataclasses.replace(hardware, bf16=bf16, attn_implementation=attention)
+
+
+def cpu_has_fast_bf16() -> bool:
+    """True on CPUs with AMX-BF16 tiles (Intel Sapphire Rapids and later), which oneDNN uses for
+    bf16 matmuls; without them bf16 is converted to fp32 and back, slower than fp32 alone."""
+    is_supported = getattr(torch.cpu, "_is_amx_tile_supported", None)  # private in torch 2.x
+    return bool(is_supported and is_supported())
+
+
 def training_dtype(hardware: HardwareSettings) -> torch.dtype:
     """The dtype matmuls run in: bf16 / fp16 under mixed precision, else fp32."""
+    hardware = resolve_hardware(hardware)
     return torch.bfloat16 if hardware.bf16 else torch.float16 if hardware.fp16 else torch.float32
 
 
@@ -462,7 +488,7 @@ def describe_run(
     peak_flops: float | None = None,
 ) -> str:
     """The lines printed before training: model size, data, effective batch, MFU's peak."""
-    h = run.hardware
+    h = resolve_hardware(run.hardware)
     params = sum(p.numel() for p in model.parameters())
     batch = effective_batch_size(h, args.world_size)
     precision = "bf16" if h.bf16 else "fp16" if h.fp16 else "fp32"
@@ -522,6 +548,7 @@ __all__ = [
     "MiniGPTTrainer",
     "TrainingResult",
     "apply_cpu_settings",
+    "resolve_hardware",
     "build_model",
     "build_trainer",
     "build_training_arguments",
