@@ -207,3 +207,13 @@ def test_model_is_a_transformers_causal_lm():
     assert GenerationMixin in MiniGPTForCausalLM.__bases__
     config = AutoConfig.for_model("minigpt", vocab_size=50, hidden_size=16, num_attention_heads=2)
     assert isinstance(AutoModelForCausalLM.from_config(config), MiniGPTForCausalLM)
+
+
+def test_rotary_positions_match_the_rotate_half_formula():
+    from minigpt.model.modeling_minigpt import apply_rotary, rotate_half
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 5, 8, generator=generator, dtype=torch.float64)  # (B, nh, T, hs)
+    cos, sin = torch.randn(2, 2, 5, 8, generator=generator, dtype=torch.float64).unbind(0)  # (B, T, hs)
+    expected = x * cos.unsqueeze(1) + rotate_half(x) * sin.unsqueeze(1)  # RoFormer, as in Llama
+    torch.testing.assert_close(apply_rotary(x, cos, sin), expected, rtol=0, atol=1e-12)
