@@ -210,10 +210,15 @@ def test_model_is_a_transformers_causal_lm():
 
 
 def test_rotary_positions_match_the_rotate_half_formula():
-    from minigpt.model.modeling_minigpt import apply_rotary, rotate_half
+    from minigpt.model.modeling_minigpt import apply_rotary, rotary_tables, rotate_half
 
     generator = torch.Generator().manual_seed(0)
-    x = torch.randn(2, 3, 5, 8, generator=generator, dtype=torch.float64)  # (B, nh, T, hs)
+    query_key = torch.randn(2, 2, 3, 5, 8, generator=generator, dtype=torch.float64)  # (2, B, nh, T, hs)
     cos, sin = torch.randn(2, 2, 5, 8, generator=generator, dtype=torch.float64).unbind(0)  # (B, T, hs)
-    expected = x * cos.unsqueeze(1) + rotate_half(x) * sin.unsqueeze(1)  # RoFormer, as in Llama
-    torch.testing.assert_close(apply_rotary(x, cos, sin), expected, rtol=0, atol=1e-12)
+    tables = rotary_tables(cos, sin)
+    for x in query_key:  # RoFormer, as in Llama, one tensor at a time
+        expected = x * cos.unsqueeze(1) + rotate_half(x) * sin.unsqueeze(1)
+        torch.testing.assert_close(apply_rotary(x, *tables), expected, rtol=0, atol=1e-12)
+    # Queries and keys rotated together, as the attention does, give the same
+    expected = torch.stack([apply_rotary(x, *tables) for x in query_key])
+    torch.testing.assert_close(apply_rotary(query_key, *tables), expected, rtol=0, atol=0)

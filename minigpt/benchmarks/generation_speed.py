@@ -3,8 +3,9 @@
 Both models are freshly initialised (speed does not depend on what they learned), sample with
 top-k 50 and exactly `new_tokens` new tokens (no end-of-text stop), and run interleaved in every
 repeat so machine noise hits both alike. MiniGPT is timed the way `scripts/generate.py` runs it
-(dynamic cache, eager) and, as extra rows, with a static cache and with a static cache plus
-`torch.compile`d decoding, whose first call (the compilation) is reported separately.
+(eager, a `GrowingCache` sized for the sample) and, as extra rows, with `generate()`'s default
+`DynamicCache`, with a static cache, and with a static cache plus `torch.compile`d decoding, whose
+first call (the compilation) is reported separately.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ..generation import decoding_options
+from ..generation import decoding_cache, decoding_options
 
 
 @dataclass
@@ -76,12 +77,17 @@ def build_models(bench: GenerationBenchmark) -> dict[str, torch.nn.Module]:
 
 
 def sampler(
-    model: torch.nn.Module, prompt: torch.Tensor, new_tokens: int, **options: Any
+    model: torch.nn.Module, prompt: torch.Tensor, new_tokens: int, decoding: str | None = None
 ) -> Callable[[], None]:
-    """A call that samples `new_tokens` tokens after `prompt` (B, P) with top-k 50."""
+    """A call that samples `new_tokens` tokens after `prompt` (B, P) with top-k 50: with
+    `generate()`'s defaults (decoding None), or as `scripts/generate.py` does for a decoding mode."""
 
     def run() -> None:
         torch.manual_seed(0)
+        options: dict[str, Any] = {}
+        if decoding is not None:
+            options.update(decoding_options(decoding))
+            options["cache"] = decoding_cache(model, decoding, prompt.shape[1] + new_tokens)
         with torch.inference_mode():
             out = model.generate(
                 prompt,
@@ -110,10 +116,13 @@ def compare_generation(
         prompt = torch.randint(
             0, bench.vocab, (batch, bench.prompt_tokens), generator=torch.Generator().manual_seed(1)
         )
-        runs = {"gpt2": sampler(models["gpt2"], prompt, bench.new_tokens)}
+        runs = {
+            "gpt2": sampler(models["gpt2"], prompt, bench.new_tokens),
+            "minigpt_transformers_dynamic_cache": sampler(models["minigpt"], prompt, bench.new_tokens),
+        }
         for variant in variants:
             name = "minigpt" if variant == "dynamic" else f"minigpt_{variant}"
-            runs[name] = sampler(models["minigpt"], prompt, bench.new_tokens, **decoding_options(variant))
+            runs[name] = sampler(models["minigpt"], prompt, bench.new_tokens, variant)
         first_call = {}
         for name, run in runs.items():  # warm-up: allocator, kernel choice, compilation
             start = time.perf_counter()

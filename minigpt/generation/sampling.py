@@ -18,7 +18,8 @@ from typing import Any
 import torch
 from transformers import GenerationConfig, TextIteratorStreamer, TextStreamer, set_seed
 
-from .errors import ConfigError
+from ..errors import ConfigError
+from .kv_cache import GrowingCache
 
 
 @dataclass
@@ -54,8 +55,8 @@ DECODINGS = ("dynamic", "static", "compiled")
 def decoding_options(decoding: str) -> dict[str, Any]:
     """`GenerationConfig` fields for a decoding mode.
 
-    dynamic   a cache that grows by one token per step (transformers' default): fastest for one
-              sample on a CPU, nothing to build first
+    dynamic   a cache that grows by one token per step, held in room allocated for the whole
+              sample (`GrowingCache`, see `decoding_cache`): fastest for one sample on a CPU
     static    a cache allocated once at the full length; every step attends over all of it, so it
               is slower than dynamic in eager mode, and exists to be compiled
     compiled  static cache plus `torch.compile`d decoding steps: the fastest per token once
@@ -71,6 +72,15 @@ def decoding_options(decoding: str) -> dict[str, Any]:
         compile_config._compile_all_devices = True  # generate() compiles only on GPUs unless told
         return {"cache_implementation": "static", "compile_config": compile_config}
     return {}
+
+
+def decoding_cache(model, decoding: str, total_length: int) -> GrowingCache | None:
+    """The cache object to hand `generate()` for a decoding mode: a fresh `GrowingCache` with room
+    for `total_length` positions for "dynamic" (transformers' `DynamicCache` concatenates at every
+    token, which copies the whole cache); None where `generate()` builds its own (static caches)."""
+    if decoding != "dynamic":
+        return None
+    return GrowingCache(model.config, capacity=total_length)
 
 
 def build_generation_config(
@@ -176,6 +186,7 @@ def generate_samples(
                 attention_mask=torch.ones_like(input_ids),
                 generation_config=generation_config,
                 streamer=streamer,
+                cache=decoding_cache(model, settings.decoding, generation_config.max_length),
             )
         texts.append(tokenizer.decode(output[0], skip_special_tokens=True))
     return texts
@@ -209,6 +220,7 @@ def stream_text(
                     attention_mask=torch.ones_like(input_ids),
                     generation_config=generation_config,
                     streamer=streamer,
+                    cache=decoding_cache(model, settings.decoding, generation_config.max_length),
                 )
         except BaseException as err:  # handed to the reader below, which re-raises it
             failure.append(err)
@@ -229,6 +241,7 @@ __all__ = [
     "DECODINGS",
     "SamplingSettings",
     "build_generation_config",
+    "decoding_cache",
     "decoding_options",
     "generate_samples",
     "prepare_generation",
