@@ -158,6 +158,22 @@ def prepare_generation(
     return input_ids, generation_config
 
 
+def sample_once(
+    model, input_ids: torch.Tensor, generation_config: GenerationConfig, decoding: str, seed: int, streamer=None
+) -> torch.Tensor:
+    """One `generate()` call after `set_seed(seed)` (Python, NumPy and torch RNGs: sampling draws
+    from torch's), with the decoding mode's cache; returns the (1, T) prompt + new token ids."""
+    set_seed(seed)
+    with torch.inference_mode():
+        return model.generate(
+            input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            generation_config=generation_config,
+            streamer=streamer,
+            cache=decoding_cache(model, decoding, generation_config.max_length),
+        )
+
+
 def generate_samples(
     model,
     tokenizer,
@@ -179,15 +195,7 @@ def generate_samples(
     for i in range(settings.num_samples):
         if on_sample_start is not None:
             on_sample_start(i, base_seed + i)
-        set_seed(base_seed + i)  # Python, NumPy and torch RNGs: sampling draws from torch's
-        with torch.inference_mode():
-            output = model.generate(
-                input_ids,
-                attention_mask=torch.ones_like(input_ids),
-                generation_config=generation_config,
-                streamer=streamer,
-                cache=decoding_cache(model, settings.decoding, generation_config.max_length),
-            )
+        output = sample_once(model, input_ids, generation_config, settings.decoding, base_seed + i, streamer)
         texts.append(tokenizer.decode(output[0], skip_special_tokens=True))
     return texts
 
@@ -213,15 +221,7 @@ def stream_text(
 
     def work() -> None:
         try:
-            set_seed(seed)
-            with torch.inference_mode():
-                model.generate(
-                    input_ids,
-                    attention_mask=torch.ones_like(input_ids),
-                    generation_config=generation_config,
-                    streamer=streamer,
-                    cache=decoding_cache(model, settings.decoding, generation_config.max_length),
-                )
+            sample_once(model, input_ids, generation_config, settings.decoding, seed, streamer)
         except BaseException as err:  # handed to the reader below, which re-raises it
             failure.append(err)
             streamer.end()  # unblocks the reader
