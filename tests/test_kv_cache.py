@@ -100,3 +100,15 @@ def test_works_for_other_transformers_models_and_refuses_sliding_layers():
     sliding = MistralConfig(num_hidden_layers=2, sliding_window=16)
     with pytest.raises(ValueError, match="full-attention layers only"):
         GrowingCache(sliding)
+
+
+def test_beam_search_gives_dynamic_cache_tokens_in_bounded_room():
+    # Beam search replaces the cached states at every step (reordering beams); each update copies
+    # them into new room, which must not grow with the steps.
+    model = tiny_model(position_embedding_type="rope")
+    ids = random_ids(2, 5, seed=7)
+    options = dict(num_beams=3, max_new_tokens=12, **GREEDY)
+    reference = model.generate(ids, **options)
+    cache = GrowingCache(model.config, capacity=17)
+    assert torch.equal(model.generate(ids, cache=cache, **options), reference)
+    assert all(layer.key_buffer.shape[2] == 17 for layer in cache.layers)

@@ -70,9 +70,11 @@ class GrowingLayer(DynamicLayer):
         )
 
     def _reallocate(self, key_states: torch.Tensor, value_states: torch.Tensor, start: int, end: int) -> None:
-        """New buffers with room for max(end, 2 x the old room, capacity), the cached states copied in."""
+        """New buffers, the cached states copied in: twice the old room when `end` outgrew it, else the
+        same room (states replaced by beam reordering, every step of a beam search), at least
+        `end` and the capacity."""
         old_room = self.key_buffer.shape[2] if self.key_buffer is not None else 0
-        room = max(end, 2 * old_room, self.capacity)
+        room = max(end, self.capacity, 2 * old_room if end > old_room else old_room)
         B, nh, _, hs = key_states.shape
         self.key_buffer = key_states.new_empty(B, nh, room, hs)
         self.value_buffer = value_states.new_empty(B, nh, room, value_states.shape[3])
