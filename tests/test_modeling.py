@@ -210,7 +210,11 @@ def test_model_is_a_transformers_causal_lm():
 
 
 def test_rotary_positions_match_the_rotate_half_formula():
-    from minigpt.model.modeling_minigpt import apply_rotary, rotary_tables, rotate_half
+    from minigpt.model.modeling_minigpt import apply_rotary, rotary_tables
+
+    def rotate_half(x):  # RoFormer / Llama: (x1, x2) -> (-x2, x1)
+        half = x.shape[-1] // 2
+        return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
     generator = torch.Generator().manual_seed(0)
     query_key = torch.randn(2, 2, 3, 5, 8, generator=generator, dtype=torch.float64)  # (2, B, nh, T, hs)

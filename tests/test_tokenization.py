@@ -177,6 +177,28 @@ def test_reuse_on_the_same_data_prints_what_the_tokenizer_was_trained_on(tmp_pat
     assert capsys.readouterr().out.splitlines() == [expected]
 
 
+def test_a_tokenizer_checked_before_is_not_checked_again(tmp_path, capsys, monkeypatch):
+    # run_training checks the tokenizer before it writes anything, then loads it: the train files
+    # (gigabytes, for some corpora) are hashed once, not twice.
+    import minigpt.data.tokenizer as tokenizer_module
+    from minigpt.data.tokenizer import check_existing_tokenizer
+
+    settings, data, _ = provenance_setup(tmp_path)
+    checked = check_existing_tokenizer(settings, data)
+    assert checked.startswith("trained on a.txt (20,000 bytes)")
+    capsys.readouterr()
+    hashed = []
+    real_training_data = tokenizer_module.training_data
+    monkeypatch.setattr(
+        tokenizer_module, "training_data", lambda *a, **k: hashed.append(1) or real_training_data(*a, **k)
+    )
+    load_or_train_tokenizer(settings, data, checked=checked)
+    assert hashed == []
+    assert capsys.readouterr().out.splitlines() == [f"tokenizer {settings.path}: 300 tokens, {checked}"]
+    load_or_train_tokenizer(settings, data)  # without it, the check runs
+    assert hashed == [1]
+
+
 @pytest.mark.parametrize("change", ["other-file", "edited-file", "validation-fraction", "vocab-size"])
 def test_other_data_or_settings_refuse_and_leave_the_tokenizer_untouched(tmp_path, change):
     from hub_fixtures import tree_digest
@@ -238,21 +260,32 @@ def test_a_tokenizer_made_elsewhere_is_used_as_it_is(tokenizer, tmp_path, capsys
     ]
 
 
-def test_prepare_data_with_other_data_refuses_in_one_line(tmp_path):
+def run_script(script: str, args: list[str], cwd: Path):
+    """`python scripts/<script> ARGS` in a child process, as a user runs it; its CompletedProcess."""
     import os
     import subprocess
     import sys
 
+    return subprocess.run(
+        [sys.executable, str(Path(__file__).resolve().parents[1] / "scripts" / script), *args],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false"),
+        cwd=cwd,
+        timeout=300,
+    )
+
+
+def test_prepare_data_with_other_data_refuses_in_one_line(tmp_path):
     from hub_fixtures import tree_digest
 
     settings, _, _ = provenance_setup(tmp_path)
     other = tmp_path / "other.txt"
     other.write_text(SAMPLE[30_000:40_000], encoding="utf-8")
     before = tree_digest(tmp_path)
-    result = subprocess.run(
+    result = run_script(
+        "prepare_data.py",
         [
-            sys.executable,
-            str(Path(__file__).resolve().parents[1] / "scripts" / "prepare_data.py"),
             "tokenizer.vocab_size=300",
             "--data",
             str(other),
@@ -261,11 +294,7 @@ def test_prepare_data_with_other_data_refuses_in_one_line(tmp_path):
             "--cache-dir",
             str(tmp_path / "cache"),
         ],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false"),
         cwd=tmp_path,
-        timeout=300,
     )
     assert result.returncode == 2, result.stderr
     assert result.stderr.splitlines() == [
@@ -279,10 +308,6 @@ def test_prepare_data_with_other_data_refuses_in_one_line(tmp_path):
 
 def test_training_on_other_data_refuses_before_writing_anything(tmp_path):
     """scripts/train.py with another corpus and an existing tokenizer: one line, exit 2, no run folder."""
-    import os
-    import subprocess
-    import sys
-
     from hub_fixtures import tree_digest
 
     settings, _, _ = provenance_setup(tmp_path)
@@ -290,10 +315,9 @@ def test_training_on_other_data_refuses_before_writing_anything(tmp_path):
     other.write_text(SAMPLE[30_000:40_000], encoding="utf-8")
     before = tree_digest(tmp_path)
     repo = Path(__file__).resolve().parents[1]
-    result = subprocess.run(
+    result = run_script(
+        "train.py",
         [
-            sys.executable,
-            str(repo / "scripts" / "train.py"),
             str(repo / "configs" / "smoke.yaml"),
             f"tokenizer.path={settings.path}",
             "tokenizer.vocab_size=300",
@@ -301,11 +325,7 @@ def test_training_on_other_data_refuses_before_writing_anything(tmp_path):
             f"data.cache_dir={tmp_path / 'cache'}",
             f"training.output_dir={tmp_path / 'run'}",
         ],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false"),
         cwd=tmp_path,
-        timeout=300,
     )
     assert result.returncode == 2, result.stderr
     [line] = result.stderr.splitlines()

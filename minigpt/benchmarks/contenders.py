@@ -18,6 +18,7 @@ from ..data.corpus import PreparedCorpus, prepare_corpus
 from ..data.tokenizer import load_or_train_tokenizer
 from ..training.settings import RunConfig
 from ..training.trainer import build_model, run_training
+from .gpt2_twin import gpt2_twin_config
 
 Train = Callable[[int], None]
 
@@ -113,28 +114,16 @@ def gpt2_trainer(run: RunConfig) -> Train:
     default optimizer, schedule and logging), an in-memory Dataset and the default collator.
     Dropout matches the run's model, so neither side pays for a dropout the other skips."""
     import datasets
-    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments, default_data_collator
+    from transformers import GPT2LMHeadModel, Trainer, TrainingArguments, default_data_collator
 
     tokenizer, corpus = load_blocks(run)
     rows = block_array(corpus).tolist()
     dataset = datasets.Dataset.from_dict({"input_ids": rows, "labels": rows})
-    m = run.model
     output_dir = Path(run.training.output_dir).parent / "gpt2-trainer"
 
     def train(steps: int) -> None:
         torch.manual_seed(run.training.seed)
-        config = GPT2Config(
-            vocab_size=len(tokenizer),
-            n_positions=m.max_position_embeddings,
-            n_embd=m.hidden_size,
-            n_layer=m.num_hidden_layers,
-            n_head=m.num_attention_heads,
-            resid_pdrop=m.hidden_dropout,
-            embd_pdrop=m.hidden_dropout,
-            attn_pdrop=m.attention_dropout,
-            bos_token_id=tokenizer.eos_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-        )
+        config = gpt2_twin_config(run.model, len(tokenizer), tokenizer.eos_token_id)
         args = TrainingArguments(
             output_dir=str(output_dir),
             max_steps=steps,
@@ -155,4 +144,11 @@ def gpt2_trainer(run: RunConfig) -> Train:
     return train
 
 
-__all__ = ["build_contender", "gpt2_trainer", "plain_loop", "training_path", "with_steps"]
+__all__ = [
+    "build_contender",
+    "gpt2_trainer",
+    "load_blocks",
+    "plain_loop",
+    "training_path",
+    "with_steps",
+]

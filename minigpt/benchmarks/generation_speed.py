@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from ..generation import decoding_cache, decoding_options
+from .gpt2_twin import gpt2_twin_config
 
 
 @dataclass
@@ -43,8 +44,8 @@ class GenerationBenchmark:
 
 
 def build_models(bench: GenerationBenchmark) -> dict[str, torch.nn.Module]:
-    """MiniGPT and GPT-2 of the same shape, no dropout, fp32, sdpa attention, in eval mode."""
-    from transformers import GPT2Config, GPT2LMHeadModel
+    """MiniGPT and GPT-2 of the same shape, fp32, sdpa attention, in eval mode (no dropout)."""
+    from transformers import GPT2LMHeadModel
 
     from ..model import MiniGPTConfig, MiniGPTForCausalLM
 
@@ -59,20 +60,7 @@ def build_models(bench: GenerationBenchmark) -> dict[str, torch.nn.Module]:
             **(bench.model_overrides or {}),
         )
     )
-    gpt2 = GPT2LMHeadModel(
-        GPT2Config(
-            vocab_size=bench.vocab,
-            n_embd=bench.hidden,
-            n_layer=bench.layers,
-            n_head=bench.heads,
-            n_positions=bench.context,
-            resid_pdrop=0.0,
-            embd_pdrop=0.0,
-            attn_pdrop=0.0,
-            bos_token_id=0,
-            eos_token_id=0,
-        )
-    )
+    gpt2 = GPT2LMHeadModel(gpt2_twin_config(minigpt.config, bench.vocab, eos_token_id=0))
     return {"minigpt": minigpt.eval(), "gpt2": gpt2.eval()}
 
 

@@ -115,13 +115,10 @@ class Worker:
 
 def prepare_inputs(bench: TrainingBenchmark) -> None:
     """Train the tokenizer and prepare the blocks the contenders share (cached for the workers)."""
-    from ..data.corpus import prepare_corpus
-    from ..data.tokenizer import load_or_train_tokenizer
     from ..training.run_config import load_run_config
+    from .contenders import load_blocks
 
-    run = load_run_config(bench.config, bench.overrides())
-    tokenizer = load_or_train_tokenizer(run.tokenizer, run.data)
-    prepare_corpus(run.data, tokenizer, max_position_embeddings=run.model.max_position_embeddings)
+    load_blocks(load_run_config(bench.config, bench.overrides()))
 
 
 def compare_training(

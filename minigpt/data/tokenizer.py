@@ -202,7 +202,11 @@ def check_existing_tokenizer(
 
 
 def load_or_train_tokenizer(
-    settings: TokenizerSettings, data: DataSettings, retrain: bool = False, new_path: str | None = None
+    settings: TokenizerSettings,
+    data: DataSettings,
+    retrain: bool = False,
+    new_path: str | None = None,
+    checked: str | None = None,
 ) -> PreTrainedTokenizerFast:
     """The run's tokenizer: loaded from `settings.path`, else trained on the TRAIN split and saved.
 
@@ -210,9 +214,14 @@ def load_or_train_tokenizer(
     An existing tokenizer is checked against `data` and `settings` (`check_training_record`);
     one line names the tokenizer in use and what it was trained on. `retrain` replaces it.
     `new_path` is the folder a refusal suggests for a new tokenizer (e.g. inside the run's folder).
+    `checked` is what an earlier `check_existing_tokenizer` found at `settings.path`: given, the
+    tokenizer is not checked (its training files not hashed) a second time.
     """
     settings.validate()
-    described = None if retrain else check_existing_tokenizer(settings, data, new_path)
+    if retrain:
+        described = None
+    else:
+        described = checked or check_existing_tokenizer(settings, data, new_path)
     if described is not None:
         tokenizer = load_tokenizer(settings.path)
         if is_main_process():  # under `accelerate launch` the other processes load silently

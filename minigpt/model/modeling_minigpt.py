@@ -105,15 +105,11 @@ class MiniGPTRotaryEmbedding(nn.Module):
         return cos.to(x.dtype), sin.to(x.dtype)
 
 
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
 def rotary_tables(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(B or 1, T, hs) cos/sin -> the (B or 1, 1, T, hs) cos and signed sin that `apply_rotary` takes.
 
-    rotate_half(x) sin equals the swapped halves of x times sin with its first half negated: the
+    RoFormer's rotate_half(x) sin, with rotate_half(x) = (-x2, x1) for the halves x1, x2 of x,
+    equals the swapped halves (x2, x1) times sin with its first half negated: the
     sign goes onto this small table, once per forward for every layer, instead of onto each layer's
     queries and keys.
     """

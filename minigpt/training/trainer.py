@@ -366,7 +366,7 @@ def run_training(
     # Before anything is written: a tokenizer already at tokenizer.path must fit this run's data,
     # then continue this folder's run, or claim the folder for a new one.
     own_tokenizer = str(output_dir / "tokenizer")  # suggested if the existing one does not fit
-    check_existing_tokenizer(run.tokenizer, run.data, new_path=own_tokenizer)
+    checked_tokenizer = check_existing_tokenizer(run.tokenizer, run.data, new_path=own_tokenizer)
     checkpoint = resolve_resume_checkpoint(output_dir, run.to_dict()) if resume else None
     if checkpoint is not None:
         check_resume_target(checkpoint, run.training.max_steps)
@@ -380,7 +380,9 @@ def run_training(
             handle.write(run.to_yaml())
 
     with args.main_process_first(desc="tokenizer and data"):  # one process trains and caches, others load
-        tokenizer = load_or_train_tokenizer(run.tokenizer, run.data, new_path=own_tokenizer)
+        tokenizer = load_or_train_tokenizer(
+            run.tokenizer, run.data, new_path=own_tokenizer, checked=checked_tokenizer
+        )
         corpus = prepare_corpus(
             run.data, tokenizer, max_position_embeddings=run.model.max_position_embeddings
         )
