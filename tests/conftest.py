@@ -35,6 +35,18 @@ else:
 """
 
 
+# Architecture options beyond GPT-2's block, as tiny_model overrides: Llama's block (rotary, RMSNorm,
+# SwiGLU) and Qwen3's (Llama's plus QK-norm, no biases).
+LLAMA_BLOCK = dict(position_embedding_type="rope", norm_type="rmsnorm", mlp_type="gated", hidden_act="silu")
+QWEN3_BLOCK = dict(LLAMA_BLOCK, qk_norm=True, bias=False)
+ARCHITECTURES = [
+    pytest.param(dict(position_embedding_type="learned"), id="learned"),
+    pytest.param(dict(position_embedding_type="rope"), id="rope"),
+    pytest.param(LLAMA_BLOCK, id="llama_block"),
+    pytest.param(QWEN3_BLOCK, id="qwen3_block"),
+]
+
+
 def tiny_model_config(**overrides):
     from minigpt import MiniGPTConfig
 

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_model, tiny_model_config
+from conftest import ARCHITECTURES, LLAMA_BLOCK, QWEN3_BLOCK, tiny_model, tiny_model_config
 
 from minigpt import MiniGPTConfig, MiniGPTForCausalLM
 
-POSITION_TYPES = ["learned", "rope"]
 
-
-@pytest.mark.parametrize("position_embedding_type", POSITION_TYPES)
-def test_kv_cache_logits_equal_full_forward_token_by_token(position_embedding_type):
-    model = tiny_model(position_embedding_type=position_embedding_type)
+@pytest.mark.parametrize("architecture", ARCHITECTURES)
+def test_kv_cache_logits_equal_full_forward_token_by_token(architecture):
+    model = tiny_model(**architecture)
     ids = torch.randint(2, 300, (2, 20), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         full = model(ids, use_cache=False).logits  # (B, T, V)
@@ -29,9 +27,9 @@ def test_kv_cache_logits_equal_full_forward_token_by_token(position_embedding_ty
     assert (cached - full).abs().max().item() < 1e-5
 
 
-@pytest.mark.parametrize("position_embedding_type", POSITION_TYPES)
-def test_eager_and_sdpa_agree_with_and_without_padding(position_embedding_type):
-    model = tiny_model(position_embedding_type=position_embedding_type)
+@pytest.mark.parametrize("architecture", ARCHITECTURES)
+def test_eager_and_sdpa_agree_with_and_without_padding(architecture):
+    model = tiny_model(**architecture)
     ids = torch.randint(2, 300, (3, 12), generator=torch.Generator().manual_seed(2))
     mask = torch.ones_like(ids)
     mask[0, :4] = 0  # left padding on two rows
@@ -54,9 +52,9 @@ def test_eager_and_sdpa_agree_with_and_without_padding(position_embedding_type):
     assert (results["sdpa"][1][0:1, 4:] - alone).abs().max().item() < 1e-5
 
 
-@pytest.mark.parametrize("position_embedding_type", POSITION_TYPES)
-def test_batched_left_padded_generation_equals_each_prompt_alone(position_embedding_type):
-    model = tiny_model(position_embedding_type=position_embedding_type)
+@pytest.mark.parametrize("architecture", ARCHITECTURES)
+def test_batched_left_padded_generation_equals_each_prompt_alone(architecture):
+    model = tiny_model(**architecture)
     gen = torch.Generator().manual_seed(3)
     prompts = [torch.randint(2, 300, (n,), generator=gen) for n in (3, 7, 5)]
     width = max(len(p) for p in prompts)
@@ -126,17 +124,19 @@ def test_loss_equals_hand_cross_entropy_on_shifted_labels():
     assert abs(out.loss.item() - summed.item() / 100) < 1e-5
 
 
-def test_gradient_checkpointing_gives_same_gradients():
+@pytest.mark.parametrize("architecture", ARCHITECTURES)
+def test_gradient_checkpointing_gives_same_gradients(architecture):
     grads = []
     for checkpointing in (False, True):
-        model = tiny_model(hidden_dropout=0.0).train()
+        model = tiny_model(hidden_dropout=0.0, **architecture).train()
         if checkpointing:
             model.activation_checkpointing_enable()
             assert model.transformer.gradient_checkpointing
         ids = torch.randint(2, 300, (2, 16), generator=torch.Generator().manual_seed(7))
         model(ids, labels=ids).loss.backward()
         grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
-    assert grads[0].keys() == grads[1].keys() and len(grads[0]) == len(list(tiny_model().parameters()))
+    assert grads[0].keys() == grads[1].keys()
+    assert len(grads[0]) == len(list(tiny_model(**architecture).parameters()))
     for name in grads[0]:
         assert torch.allclose(grads[0][name], grads[1][name], atol=1e-7), name
     assert all(g.abs().sum() > 0 for g in grads[1].values())
@@ -171,6 +171,9 @@ def test_prompt_longer_than_positions_is_a_clear_error():
         ("attention_dropout", -0.1),
         ("position_embedding_type", "alibi"),
         ("max_position_embeddings", 0),
+        ("norm_type", "batchnorm"),
+        ("mlp_type", "moe"),
+        ("qk_norm", "yes"),
     ],
 )
 def test_invalid_config_values_raise_value_error_naming_the_field(field, value):
@@ -226,3 +229,58 @@ def test_rotary_positions_match_the_rotate_half_formula():
     # Queries and keys rotated together, as the attention does, give the same
     expected = torch.stack([apply_rotary(x, *tables) for x in query_key])
     torch.testing.assert_close(apply_rotary(query_key, *tables), expected, rtol=0, atol=0)
+
+
+def test_rmsnorm_and_gated_mlp_equal_llamas_modules():
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm
+
+    model = tiny_model(**LLAMA_BLOCK, bias=False)
+    block = model.transformer.h[0]
+    x = torch.randn(2, 7, 32, generator=torch.Generator().manual_seed(11))
+    with torch.no_grad():
+        block.ln_1.weight.normal_()  # not ones, so the weight's place in the formula shows
+        reference_norm = LlamaRMSNorm(32, eps=1e-5)
+        reference_norm.weight.copy_(block.ln_1.weight)
+        assert (block.ln_1(x) - reference_norm(x)).abs().max().item() < 1e-6
+        # c_fc holds the gate rows, then the up rows; LlamaMLP is down(silu(gate(x)) * up(x)).
+        config = model.config
+        llama_config = LlamaConfig(hidden_size=32, intermediate_size=config.intermediate_size, hidden_act="silu")
+        reference_mlp = LlamaMLP(llama_config)
+        gate, up = block.mlp.c_fc.weight.chunk(2, dim=0)
+        reference_mlp.gate_proj.weight.copy_(gate)
+        reference_mlp.up_proj.weight.copy_(up)
+        reference_mlp.down_proj.weight.copy_(block.mlp.c_proj.weight)
+        assert (block.mlp(x) - reference_mlp(x)).abs().max().item() < 1e-6
+
+
+def test_gated_mlp_defaults_to_llamas_width_and_the_parameter_count_of_the_standard_one():
+    standard, gated = tiny_model_config(hidden_size=96), tiny_model_config(hidden_size=96, mlp_type="gated")
+    assert standard.intermediate_size == 384
+    assert gated.intermediate_size == 256  # 8 * 96 / 3 = 256, a multiple of 32
+    assert tiny_model_config(hidden_size=128, mlp_type="gated").intermediate_size == 352  # 341.3 rounded up
+    assert 3 * gated.intermediate_size == 2 * standard.intermediate_size  # same MLP parameters
+
+
+def test_qk_norm_makes_attention_blind_to_the_scale_of_queries_and_keys():
+    ids = torch.randint(2, 300, (2, 12), generator=torch.Generator().manual_seed(12))
+    for qk_norm, should_change in ((True, False), (False, True)):
+        model = tiny_model(**dict(QWEN3_BLOCK, qk_norm=qk_norm))
+        with torch.no_grad():
+            before = model(ids).logits
+            attn = model.transformer.h[0].attn
+            attn.c_attn.weight[: 2 * 32] *= 10.0  # query and key rows (value rows untouched)
+            after = model(ids).logits
+        changed = (after - before).abs().max().item()
+        assert (changed > 1e-2) == should_change, (qk_norm, changed)
+
+
+def test_new_options_round_trip_through_save_and_load(tmp_path):
+    model = tiny_model(**QWEN3_BLOCK)
+    model.save_pretrained(tmp_path)
+    again = MiniGPTForCausalLM.from_pretrained(tmp_path).eval()
+    assert (again.config.norm_type, again.config.mlp_type, again.config.qk_norm) == ("rmsnorm", "gated", True)
+    ids = torch.randint(2, 300, (1, 9), generator=torch.Generator().manual_seed(13))
+    with torch.no_grad():
+        assert torch.equal(again(ids).logits, model(ids).logits)
+    assert again.transformer.h[1].attn.k_norm.weight.shape == (8,)

@@ -239,8 +239,10 @@ MATRICES = {
         ),
         (("model.tie_word_embeddings=false",), MATRICES | {"lm_head.weight"}),  # an untied head is a matrix
         (("model.bias=false",), MATRICES),
+        # RMSNorm weights (ln_1, q_norm, ...) are vectors: Trainer's name patterns miss ln_1, shape does not
+        (("model.norm_type=rmsnorm", "model.qk_norm=true", "model.mlp_type=gated"), MATRICES),
     ],
-    ids=["default", "decay_embeddings", "untied_head", "no_bias"],
+    ids=["default", "decay_embeddings", "untied_head", "no_bias", "llama_style"],
 )
 def test_weight_decay_lands_on_exactly_the_weight_matrices(
     tmp_path, tokenizer_dir, monkeypatch, overrides, expected

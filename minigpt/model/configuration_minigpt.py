@@ -15,11 +15,25 @@ from transformers.utils.versions import require_version
 # (`create_causal_mask() got an unexpected keyword argument 'cache'`).
 require_version("transformers>=5.24", "MiniGPT's model code uses the cache and output-capture API of 5.24")
 POSITION_EMBEDDING_TYPES = ("learned", "rope")
+NORM_TYPES = ("layernorm", "rmsnorm")
+MLP_TYPES = ("standard", "gated")
 ROPE_TYPES = ("default", *ROPE_INIT_FUNCTIONS)  # "default" is plain RoPE; the others scale it (Llama's set)
+
+
+def default_intermediate_size(hidden_size: int, mlp_type: str) -> int:
+    """MLP width when none is given: 4C for the standard MLP; for the gated one, whose three matrices
+    would hold 1.5x the parameters at 4C, 8C/3 rounded up to a multiple of 32 (Llama's rule)."""
+    if mlp_type == "gated":
+        return 32 * -(-8 * hidden_size // (3 * 32))
+    return 4 * hidden_size
 
 
 class MiniGPTConfig(PretrainedConfig):
     r"""Configuration of a decoder-only GPT (pre-norm blocks, fused QKV, GELU MLP).
+
+    The defaults are GPT-2's block; `norm_type="rmsnorm"`, `mlp_type="gated"` with `hidden_act="silu"`
+    and rotary positions give Llama's block, and `qk_norm=True` on top of that Qwen3's, so a model
+    exports exactly to those stock architectures (`minigpt.export`).
 
     Every field is validated at construction: a bad value raises `ValueError` naming the field.
     """
@@ -31,7 +45,9 @@ class MiniGPTConfig(PretrainedConfig):
     hidden_size: int = 128  # width of the residual stream
     num_hidden_layers: int = 4  # transformer blocks
     num_attention_heads: int = 4  # heads per attention layer; must divide hidden_size
-    intermediate_size: int | None = None  # MLP width; None means 4 * hidden_size (GPT-2)
+    # MLP width; None means 4 * hidden_size for the standard MLP (GPT-2) and 8/3 * hidden_size rounded up
+    # to a multiple of 32 for the gated one (the same parameter count, as in Llama).
+    intermediate_size: int | None = None
     # The context: learned positions end here (a longer input is an error); rotary positions past it
     # run (extrapolation, or the extension `rope_parameters` scaling gives), as in Llama.
     max_position_embeddings: int = 256
@@ -41,10 +57,15 @@ class MiniGPTConfig(PretrainedConfig):
     # None means plain RoPE with rope_theta 10000; an old config's top-level `rope_theta` moves in here.
     rope_parameters: dict | None = None
     hidden_act: str = "gelu_pytorch_tanh"  # MLP activation, any name in transformers' ACT2FN
+    # "standard": act(x W_fc) W_proj (GPT-2); "gated": (act(x W_gate) * x W_up) W_proj, SwiGLU with
+    # hidden_act "silu" (Shazeer 2020, as in Llama), GeGLU with "gelu".
+    mlp_type: str = "standard"
+    norm_type: str = "layernorm"  # "layernorm" (GPT-2) or "rmsnorm" (Zhang & Sennrich 2019, as in Llama)
+    qk_norm: bool = False  # RMSNorm on each head's queries and keys before rotary (as in Qwen3, OLMo 2)
     hidden_dropout: float = 0.0  # dropout on embeddings and residual branches
     attention_dropout: float = 0.0  # dropout on attention probabilities
     bias: bool = True  # biases in linear layers and layer norms (False is faster, as in nanoGPT)
-    layer_norm_epsilon: float = 1e-5  # epsilon of every LayerNorm
+    layer_norm_epsilon: float = 1e-5  # epsilon of every norm (LayerNorm, RMSNorm, QK-norm)
     initializer_range: float = 0.02  # std of the normal init of matrices and embeddings (GPT-2)
     tie_word_embeddings: bool = True  # share the input embedding with the output head
     use_cache: bool = True  # return a KV cache from forward when generating
@@ -54,7 +75,7 @@ class MiniGPTConfig(PretrainedConfig):
 
     def __post_init__(self, **kwargs):
         if self.intermediate_size is None:
-            self.intermediate_size = 4 * self.hidden_size
+            self.intermediate_size = default_intermediate_size(self.hidden_size, self.mlp_type)
         super().__post_init__(**kwargs)
         self.validate_architecture()
 
@@ -93,6 +114,12 @@ class MiniGPTConfig(PretrainedConfig):
                 f"MiniGPTConfig.position_embedding_type must be one of {POSITION_EMBEDDING_TYPES}, "
                 f"got {self.position_embedding_type!r}"
             )
+        if self.norm_type not in NORM_TYPES:
+            raise ValueError(f"MiniGPTConfig.norm_type must be one of {NORM_TYPES}, got {self.norm_type!r}")
+        if self.mlp_type not in MLP_TYPES:
+            raise ValueError(f"MiniGPTConfig.mlp_type must be one of {MLP_TYPES}, got {self.mlp_type!r}")
+        if not isinstance(self.qk_norm, bool):
+            raise ValueError(f"MiniGPTConfig.qk_norm must be true or false, got {self.qk_norm!r}")
         if self.layer_norm_epsilon <= 0:
             raise ValueError(
                 f"MiniGPTConfig.layer_norm_epsilon must be positive, got {self.layer_norm_epsilon!r}"
@@ -121,4 +148,4 @@ class MiniGPTConfig(PretrainedConfig):
             raise ValueError(f"MiniGPTConfig.rope_parameters: {err.args[0]}") from None
 
 
-__all__ = ["MiniGPTConfig"]
+__all__ = ["MLP_TYPES", "NORM_TYPES", "MiniGPTConfig", "default_intermediate_size"]

@@ -1,8 +1,9 @@
 """MiniGPT: a decoder-only transformer written as a transformers model.
 
 GPT-2's architecture (pre-norm blocks, learned positions, GELU MLP, tied embeddings) with a fused
-QKV projection, rotary positions as an option, and attention through transformers' attention
-interface so `eager`, `sdpa` and flash attention are selectable with `attn_implementation`.
+QKV projection, and as options the pieces of Llama-style models: rotary positions, RMSNorm, a gated
+(SwiGLU) MLP and QK-norm. Attention goes through transformers' attention interface so `eager`,
+`sdpa` and flash attention are selectable with `attn_implementation`.
 Hidden states and attention weights are collected by transformers' output-capturing hooks
 (`_can_record_outputs`), rotary tables come from `rope_parameters` through transformers' rope
 functions, and nothing branches in Python on a tensor value, so a static cache compiles whole.
@@ -135,8 +136,42 @@ def dropout_or_identity(p: float) -> nn.Module:
     return nn.Dropout(p) if p > 0 else nn.Identity()
 
 
+class MiniGPTRMSNorm(nn.Module):
+    """Root-mean-square norm (Zhang & Sennrich 2019): x / rms(x) * weight, no mean, no bias.
+
+    Computed in fp32 and cast back, as Llama's, so bf16 activations normalise stably and the result
+    equals `LlamaRMSNorm`'s.
+    """
+
+    def __init__(self, hidden_size: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.eps = eps
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:  # (..., C) -> (..., C)
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.eps)
+        return self.weight * hidden_states.to(input_dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}"
+
+
+def build_norm(config: MiniGPTConfig) -> nn.Module:
+    """The block and final norm `config.norm_type` names, over the hidden size."""
+    if config.norm_type == "rmsnorm":
+        return MiniGPTRMSNorm(config.hidden_size, eps=config.layer_norm_epsilon)
+    return nn.LayerNorm(config.hidden_size, eps=config.layer_norm_epsilon, bias=config.bias)
+
+
 class MiniGPTAttention(nn.Module):
-    """Multi-head causal self-attention with one fused QKV projection."""
+    """Multi-head causal self-attention with one fused QKV projection, and optional QK-norm.
+
+    QK-norm (Henry et al. 2020; Qwen3, OLMo 2): an RMSNorm over each head's query and key vectors
+    before the rotation bounds the attention logits, which lets higher learning rates train stably.
+    """
 
     def __init__(self, config: MiniGPTConfig, layer_idx: int):
         super().__init__()
@@ -151,6 +186,9 @@ class MiniGPTAttention(nn.Module):
         self.c_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=config.bias)
         self.c_proj.is_residual_projection = True  # scaled init, see _init_weights
         self.resid_dropout = dropout_or_identity(config.hidden_dropout)
+        if config.qk_norm:  # one weight per head dimension, shared by all heads (as Qwen3)
+            self.q_norm = MiniGPTRMSNorm(self.head_dim, eps=config.layer_norm_epsilon)
+            self.k_norm = MiniGPTRMSNorm(self.head_dim, eps=config.layer_norm_epsilon)
 
     def forward(
         self,
@@ -163,11 +201,12 @@ class MiniGPTAttention(nn.Module):
         B, T, C = hidden_states.shape
         qkv = self.c_attn(hidden_states).view(B, T, 3, self.num_heads, self.head_dim)
         qkv = qkv.permute(2, 0, 3, 1, 4)  # (3, B, nh, T, hs)
+        query_key, value = qkv[:2], qkv[2]  # (2, B, nh, T, hs), (B, nh, T, hs)
+        if self.config.qk_norm:
+            query_key = torch.stack((self.q_norm(query_key[0]), self.k_norm(query_key[1])))
         if position_embeddings is not None:  # rotary: (B, 1, T, hs) cos and signed sin
-            query, key = apply_rotary(qkv[:2], *position_embeddings).unbind(0)  # 2 x (B, nh, T, hs)
-            value = qkv[2]
-        else:
-            query, key, value = qkv.unbind(0)  # 3 x (B, nh, T, hs)
+            query_key = apply_rotary(query_key, *position_embeddings)
+        query, key = query_key.unbind(0)  # 2 x (B, nh, T, hs)
         if cache is not None:
             key, value = cache.update(key, value, self.layer_idx)  # (B, nh, S, hs)
 
@@ -189,16 +228,30 @@ class MiniGPTAttention(nn.Module):
 
 
 class MiniGPTMLP(nn.Module):
+    """The feed-forward branch: act(x W_fc) W_proj, or gated, (act(x W_gate) * x W_up) W_proj.
+
+    The gated form keeps W_gate and W_up fused in `c_fc` (gate rows first, then up rows): one matmul
+    of width 2I instead of two of width I.
+    """
+
     def __init__(self, config: MiniGPTConfig):
         super().__init__()
-        self.c_fc = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.bias)
+        self.gated = config.mlp_type == "gated"
+        fc_width = 2 * config.intermediate_size if self.gated else config.intermediate_size
+        self.c_fc = nn.Linear(config.hidden_size, fc_width, bias=config.bias)
         self.act = ACT2FN[config.hidden_act]
         self.c_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.bias)
         self.c_proj.is_residual_projection = True  # scaled init, see _init_weights
         self.dropout = dropout_or_identity(config.hidden_dropout)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:  # (B, T, C) -> (B, T, C)
-        return self.dropout(self.c_proj(self.act(self.c_fc(hidden_states))))
+        hidden_states = self.c_fc(hidden_states)  # (B, T, I) or (B, T, 2I)
+        if self.gated:
+            gate, up = hidden_states.chunk(2, dim=-1)  # 2 x (B, T, I)
+            hidden_states = self.act(gate) * up
+        else:
+            hidden_states = self.act(hidden_states)
+        return self.dropout(self.c_proj(hidden_states))
 
 
 class MiniGPTBlock(GradientCheckpointingLayer):
@@ -206,9 +259,9 @@ class MiniGPTBlock(GradientCheckpointingLayer):
 
     def __init__(self, config: MiniGPTConfig, layer_idx: int):
         super().__init__()
-        self.ln_1 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_epsilon, bias=config.bias)
+        self.ln_1 = build_norm(config)
         self.attn = MiniGPTAttention(config, layer_idx)
-        self.ln_2 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_epsilon, bias=config.bias)
+        self.ln_2 = build_norm(config)
         self.mlp = MiniGPTMLP(config)
 
     def forward(
@@ -247,7 +300,9 @@ class MiniGPTPreTrainedModel(PreTrainedModel):
     _can_record_outputs = {"hidden_states": MiniGPTBlock, "attentions": MiniGPTAttention}
 
     def _init_weights(self, module: nn.Module) -> None:
-        if isinstance(module, nn.Linear) and getattr(module, "is_residual_projection", False):
+        if isinstance(module, MiniGPTRMSNorm):
+            init.ones_(module.weight)
+        elif isinstance(module, nn.Linear) and getattr(module, "is_residual_projection", False):
             # GPT-2: scale the residual projections by 1/sqrt(2 * n_layer) so the residual
             # stream's variance does not grow with depth (two residual branches per block).
             std = self.config.initializer_range / math.sqrt(2 * self.config.num_hidden_layers)
@@ -272,7 +327,7 @@ class MiniGPTModel(MiniGPTPreTrainedModel):
             self.rotary_emb = MiniGPTRotaryEmbedding(config)
         self.drop = dropout_or_identity(config.hidden_dropout)
         self.h = nn.ModuleList(MiniGPTBlock(config, i) for i in range(config.num_hidden_layers))
-        self.ln_f = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_epsilon, bias=config.bias)
+        self.ln_f = build_norm(config)
         self.gradient_checkpointing = False
         self.post_init()
 
@@ -435,4 +490,4 @@ class MiniGPTForCausalLM(MiniGPTPreTrainedModel, GenerationMixin):
         )
 
 
-__all__ = ["MiniGPTForCausalLM", "MiniGPTModel", "MiniGPTPreTrainedModel"]
+__all__ = ["MiniGPTForCausalLM", "MiniGPTModel", "MiniGPTPreTrainedModel", "MiniGPTRMSNorm"]

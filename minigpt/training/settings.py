@@ -31,6 +31,8 @@ MANAGED_MODEL_FIELDS = {
 }
 
 POSITION_EMBEDDING_TYPES = ("learned", "rope")  # as in MiniGPTConfig
+NORM_TYPES = ("layernorm", "rmsnorm")  # as in MiniGPTConfig
+MLP_TYPES = ("standard", "gated")  # as in MiniGPTConfig
 ATTN_IMPLEMENTATIONS = ("auto", "eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
 LR_SCHEDULER_TYPES = (
     "cosine_with_min_lr",
@@ -55,17 +57,20 @@ class ModelSettings:
     hidden_size: int = 128  # width of the residual stream
     num_hidden_layers: int = 4  # transformer blocks
     num_attention_heads: int = 4  # heads per attention layer; must divide hidden_size
-    intermediate_size: int | None = None  # MLP width; None means 4 * hidden_size (GPT-2)
+    intermediate_size: int | None = None  # MLP width; None: 4 * hidden_size (standard), ~8/3 * (gated)
     max_position_embeddings: int = 256  # longest sequence (prompt + generated) the model accepts
     position_embedding_type: str = "learned"  # "learned" (GPT-2) or "rope" (rotary, RoFormer)
     # Rotary settings for "rope", in transformers' format ({rope_type: linear, factor: 4.0, rope_theta:
     # ...}); null is plain RoPE with rope_theta 10000. Checked in full when the model is built.
     rope_parameters: dict | None = None
     hidden_act: str = "gelu_pytorch_tanh"  # MLP activation, any name in transformers' ACT2FN
+    mlp_type: str = "standard"  # "standard" (GPT-2) or "gated": SwiGLU with hidden_act silu (Llama)
+    norm_type: str = "layernorm"  # "layernorm" (GPT-2) or "rmsnorm" (Llama)
+    qk_norm: bool = False  # RMSNorm on each head's queries and keys (Qwen3); exports to qwen3 with rope
     hidden_dropout: float = 0.0  # dropout on embeddings and residual branches
     attention_dropout: float = 0.0  # dropout on attention probabilities
     bias: bool = True  # biases in linear layers and layer norms (False is faster, as in nanoGPT)
-    layer_norm_epsilon: float = 1e-5  # epsilon of every LayerNorm
+    layer_norm_epsilon: float = 1e-5  # epsilon of every norm (LayerNorm, RMSNorm, QK-norm)
     initializer_range: float = 0.02  # std of the normal init of matrices and embeddings (GPT-2)
     tie_word_embeddings: bool = True  # share the input embedding with the output head
 
@@ -90,6 +95,8 @@ class ModelSettings:
         require_choice(
             self.position_embedding_type, POSITION_EMBEDDING_TYPES, "model.position_embedding_type"
         )
+        require_choice(self.norm_type, NORM_TYPES, "model.norm_type")
+        require_choice(self.mlp_type, MLP_TYPES, "model.mlp_type")
         if self.position_embedding_type == "rope":
             head_dim = self.hidden_size // self.num_attention_heads
             require(

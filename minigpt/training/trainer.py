@@ -108,12 +108,15 @@ class MiniGPTTrainer(AtomicCheckpointTrainer):
         self.bits_per_byte = bits_per_byte  # validation loss (nats/token) -> bits per UTF-8 byte
 
     def get_decay_parameter_names(self, model: nn.Module) -> list[str]:
-        """Weight matrices only: Trainer already leaves out LayerNorm and biases; we also leave out
+        """Weight matrices only: no norm weights or biases (by shape, whatever their names), and no
         embeddings (and so the tied output head) unless `training.decay_embeddings` is set, as minGPT
         does: a row of an embedding table only gets gradient when its token occurs, so decay would
         steadily shrink rare tokens toward zero.
         """
-        names = super().get_decay_parameter_names(model)
+        # Trainer finds norms by class and name; an RMSNorm named ln_1 passes both tests, so keep
+        # matrices only (ndim >= 2), which leaves out every norm weight and bias whatever its name.
+        matrices = {name for name, param in model.named_parameters() if param.ndim >= 2}
+        names = [name for name in super().get_decay_parameter_names(model) if name in matrices]
         if self.decay_embeddings:
             return names
         embedding_params = {
