@@ -1,0 +1,143 @@
+"""A MiniGPT model as a stock transformers model, and the folder that loads without remote code.
+
+`to_stock_model` copies the weights into the stock class `choose_architecture` picks and checks on a
+batch that both compute the same logits; `export_stock_folder` writes what `from_pretrained` needs
+(stock config with no `auto_map`, safetensors, tokenizer, generation config) plus a model card, into
+a staging folder that replaces the output folder only when complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
+
+from ..atomic import atomic_output_dir
+from ..model import MiniGPTForCausalLM
+from .architectures import StockArchitecture, choose_architecture
+from .errors import ExportError
+from .model_card import render_export_card
+
+# An export whose logits differ by more than this from MiniGPT's is a bug in a mapping, not rounding:
+# the measured differences are 0 (GPT-2) to 4e-6 (rotary families) in fp32.
+CHECK_TOLERANCE = 1e-4
+CHECK_BATCH = (2, 32)  # rows x tokens of the batch the export is checked on (shorter for a short context)
+# The tokenizer class transformers 4.x and 5.x both know (5.x saves its own `TokenizersBackend`).
+PORTABLE_TOKENIZER_CLASS = "PreTrainedTokenizerFast"
+
+
+@dataclass(frozen=True)
+class StockExport:
+    model: PreTrainedModel  # the stock model, in eval mode
+    architecture: StockArchitecture
+    max_logit_difference: float  # max |stock - MiniGPT| on the check batch, fp32
+
+
+def state_dict_of(model: MiniGPTForCausalLM) -> dict[str, torch.Tensor]:
+    """The model's tensors in fp32 on the CPU (a tied head appears under both names)."""
+    return {name: tensor.detach().to("cpu", torch.float32) for name, tensor in model.state_dict().items()}
+
+
+def to_stock_model(model: MiniGPTForCausalLM, target: str = "auto") -> StockExport:
+    """The stock transformers model computing `model` exactly; ExportError if none does."""
+    architecture = choose_architecture(model.config, target)
+    stock_config, weights = architecture.to_stock(model.config, state_dict_of(model))
+    stock_config._attn_implementation = model.config._attn_implementation
+    stock = AutoModelForCausalLM.from_config(stock_config, dtype=torch.float32)
+    stock.load_state_dict(weights, strict=True)  # every stock tensor set, nothing left over
+    stock.eval()
+    difference = max_logit_difference(model, stock)
+    if difference > CHECK_TOLERANCE:
+        raise ExportError(
+            f"the {architecture.name} model's logits differ from MiniGPT's by {difference:.2e} "
+            f"(more than {CHECK_TOLERANCE:g}): a bug in the {architecture.name} mapping, please report it"
+        )
+    return StockExport(stock, architecture, difference)
+
+
+def check_batch(vocab_size: int, context: int, seed: int = 0) -> torch.Tensor:
+    rows, length = CHECK_BATCH
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab_size, (rows, min(length, context)), generator=generator)
+
+
+@torch.no_grad()
+def max_logit_difference(
+    model: PreTrainedModel, other: PreTrainedModel, ids: torch.Tensor | None = None
+) -> float:
+    """max |logits| difference of two causal LMs on `ids` (a fixed random batch by default), in fp32."""
+    if ids is None:
+        ids = check_batch(model.config.vocab_size, model.config.max_position_embeddings)
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    ours = model(ids.to(device), use_cache=False).logits.float().cpu()
+    theirs = other(ids, use_cache=False).logits.float()
+    model.train(was_training)
+    return (ours - theirs).abs().max().item()
+
+
+def save_portable_tokenizer(tokenizer: PreTrainedTokenizerBase, folder: Path) -> None:
+    """Save the tokenizer so transformers 4.x loads it too: a class name it knows, special tokens
+    in the keys it reads."""
+    tokenizer.save_pretrained(folder)
+    config_path = folder / "tokenizer_config.json"
+    values = json.loads(config_path.read_text(encoding="utf-8"))
+    values["tokenizer_class"] = PORTABLE_TOKENIZER_CLASS
+    extra = values.pop("extra_special_tokens", None)
+    if isinstance(extra, list) and extra:  # 4.x takes a list under this name, 5.x reads both
+        values["additional_special_tokens"] = extra
+    config_path.write_text(json.dumps(values, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def write_stock_folder(
+    export: StockExport,
+    tokenizer: PreTrainedTokenizerBase,
+    output_dir: str | os.PathLike,
+    generation_config: GenerationConfig | None = None,
+    source_name: str | None = None,
+    license: str = "apache-2.0",
+) -> Path:
+    """Write `export` with its tokenizer at `output_dir`: replaced whole, or left as it was.
+
+    `source_name` (a folder or repo name, no local path) is what the model card says it came from.
+    """
+    generation_config = generation_config or export.model.generation_config
+    with atomic_output_dir(output_dir) as staging:
+        export.model.generation_config = GenerationConfig.from_dict(generation_config.to_dict())
+        export.model.save_pretrained(staging)
+        save_portable_tokenizer(tokenizer, staging)
+        card = render_export_card(
+            export.model.config, export.architecture, export.max_logit_difference, source_name, license
+        )
+        (staging / "README.md").write_text(card, encoding="utf-8")
+    return Path(output_dir)
+
+
+def export_stock_folder(
+    model: MiniGPTForCausalLM,
+    tokenizer: PreTrainedTokenizerBase,
+    output_dir: str | os.PathLike,
+    target: str = "auto",
+    source_name: str | None = None,
+    license: str = "apache-2.0",
+) -> StockExport:
+    """`to_stock_model` then `write_stock_folder`, with the model's own generation config."""
+    export = to_stock_model(model, target)  # refusals come before anything is written
+    write_stock_folder(export, tokenizer, output_dir, model.generation_config, source_name, license)
+    return export
+
+
+__all__ = [
+    "CHECK_TOLERANCE",
+    "StockExport",
+    "export_stock_folder",
+    "max_logit_difference",
+    "save_portable_tokenizer",
+    "to_stock_model",
+    "write_stock_folder",
+]
