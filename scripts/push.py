@@ -5,8 +5,13 @@
 
 SOURCE is a run folder (its final/ model), a checkpoint folder or a model folder. The hub folder
 is laid out like huggingface_hub's cache, so with HF_HUB_CACHE=<hub folder> HF_HUB_OFFLINE=1,
-`from_pretrained("me/shakespeare-gpt", revision="v1", trust_remote_code=True)` loads it anywhere.
-The printed snapshot folder is what `huggingface_hub.upload_folder` sends to the real hub.
+`from_pretrained("me/shakespeare-gpt", revision="v1")` loads it anywhere. The printed snapshot
+folder is what `huggingface_hub.upload_folder` sends to the real hub.
+
+--format auto (the default) publishes the stock transformers architecture that computes the model
+exactly (GPT-2, Llama, ...: it loads everywhere, no remote code), or MiniGPT's own form with its
+source files (trust_remote_code=True) when no stock one does; --format stock|minigpt forces one.
+--gguf DTYPE puts a GGUF file for llama.cpp beside it.
 """
 
 from __future__ import annotations
@@ -14,8 +19,9 @@ from __future__ import annotations
 import argparse
 
 from minigpt.errors import run_cli
-from minigpt.hub import store as hub
-from minigpt.hub.publishing import publish
+from minigpt.export.targets import GGUF_DTYPES
+
+PUBLISH_FORMS = ("auto", "stock", "minigpt")  # as minigpt.hub.publishing, imported after parsing
 
 
 def parse_args() -> argparse.Namespace:
@@ -28,6 +34,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--tag", default=None, help="tag the new commit (tags never move)")
     parser.add_argument("--message", default=None, help="commit message")
     parser.add_argument("--license", default="apache-2.0", help="license id for the model card")
+    parser.add_argument(
+        "--format", choices=PUBLISH_FORMS, default="auto", help="stock architecture or MiniGPT's (default: auto)"
+    )
+    parser.add_argument("--gguf", choices=GGUF_DTYPES, default=None, help="also publish a GGUF of this type")
     parser.add_argument("--log", action="store_true", help="list the repo's commits instead of pushing")
     args = parser.parse_args()
     if args.source is None and not args.log:
@@ -37,6 +47,9 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    from minigpt.hub import store as hub
+    from minigpt.hub.publishing import publish
+
     hub_dir = args.hub_dir or hub.default_hub_dir()
     if args.log:
         for commit in hub.history(hub_dir, args.repo_id):
@@ -44,10 +57,19 @@ def main() -> None:
             print(f"{commit.commit_id}{refs}  {commit.created_at}  {commit.message}")
         return
     commit = publish(
-        args.source, args.repo_id, hub_dir, tag=args.tag, message=args.message, license=args.license
+        args.source,
+        args.repo_id,
+        hub_dir,
+        tag=args.tag,
+        message=args.message,
+        license=args.license,
+        form=args.format,
+        gguf_dtype=args.gguf,
     )
+    remote_code = any(name.endswith(".py") for name in commit.files)
+    form = "MiniGPT's own form, remote code" if remote_code else "stock architecture, no remote code"
     if commit.created:
-        print(f"committed {commit.commit_id} to {args.repo_id} ({len(commit.files)} files)")
+        print(f"committed {commit.commit_id} to {args.repo_id} ({len(commit.files)} files; {form})")
     else:
         print(f"no changes since {commit.commit_id}; main not moved")
     if commit.refs:

@@ -40,7 +40,8 @@ def run_script(script: Path, args: list[str], monkeypatch, capsys) -> tuple[int,
 
 @pytest.fixture(scope="module")
 def published(tmp_path_factory):
-    """Two pushes of one repo: v1 from a run folder, v2 from a model folder with new weights."""
+    """Two pushes of one repo: v1 from a run folder, v2 from a model folder with new weights, both in
+    MiniGPT's own form (remote code); tests/test_publish_stock.py covers the default, stock form."""
     root = tmp_path_factory.mktemp("hub_test")
     tokenizer = build_tiny_tokenizer()
     run = make_run(root, seed=0, tokenizer=tokenizer)
@@ -48,8 +49,8 @@ def published(tmp_path_factory):
     tiny_model(seed=1).save_pretrained(second)
     tokenizer.save_pretrained(second)
     hub_dir = root / "hub"
-    first = publish(run, REPO, hub_dir, tag="v1", message="first model")
-    newer = publish(second, REPO, hub_dir, tag="v2", message="retrained")
+    first = publish(run, REPO, hub_dir, tag="v1", message="first model", form="minigpt")
+    newer = publish(second, REPO, hub_dir, tag="v2", message="retrained", form="minigpt")
     return dict(root=root, run=run, second=second, hub=hub_dir, first=first, newer=newer, tokenizer=tokenizer)
 
 
@@ -118,7 +119,7 @@ def test_unchanged_files_are_stored_once(published):
     assert len(blobs) < len(first.files) + len(newer.files)
 
     # Pushing the same folder again changes nothing but can still tag it.
-    again = publish(published["second"], REPO, hub_dir, tag="v2-again", message="same again")
+    again = publish(published["second"], REPO, hub_dir, tag="v2-again", message="same again", form="minigpt")
     assert not again.created and again.commit_id == newer.commit_id
     assert hub.resolve_commit(hub_dir, REPO, "v2-again") == newer.commit_id
     assert {p.name for p in (hub_dir / "models--minigpt-test--tiny-shakespeare" / "blobs").iterdir()} == blobs
@@ -280,8 +281,9 @@ def test_bad_id_or_source_is_one_line_exit_2_and_hub_unchanged(
         torch.save(tiny_model().state_dict(), Path(source) / "pytorch_model.bin")
     elif case == "no-tokenizer":
         source = str(_without(final, tmp_path / "m", "tokenizer.json", "tokenizer_config.json"))
-    elif case == "no-source-files":
+    elif case == "no-source-files":  # MiniGPT's own form needs them (the stock form has none)
         source = str(_without(final, tmp_path / "m", "modeling_minigpt.py"))
+        extra = ["--format", "minigpt"]
     elif case == "existing-tag":
         extra = ["--tag", "v1"]
     elif case == "tag-main":

@@ -46,6 +46,9 @@ ARCHITECTURE_FIELDS = (
     "max_position_embeddings",
     "position_embedding_type",
     "hidden_act",
+    "norm_type",
+    "mlp_type",
+    "qk_norm",
     "bias",
     "tie_word_embeddings",
 )
@@ -66,6 +69,9 @@ class CardFacts:
     metrics_step: int | None = None  # the training step the metrics were measured at
     loss_curve: str | None = None  # file name of the loss-curve picture in the snapshot
     extra_tags: list[str] = field(default_factory=list)
+    # The stock transformers class the model is published as (None: MiniGPT's own, remote code).
+    stock_class: str | None = None
+    gguf_files: list[str] = field(default_factory=list)  # GGUF files for llama.cpp in the snapshot
 
 
 def count_parameters(weights_files: list[Path]) -> int:
@@ -129,7 +135,14 @@ def card_metadata(facts: CardFacts) -> ModelCardData:
         library_name="transformers",
         license=facts.license,
         pipeline_tag="text-generation",
-        tags=["minigpt", "text-generation", "causal-lm", "custom_code", *facts.extra_tags],
+        tags=[
+            "minigpt",
+            "text-generation",
+            "causal-lm",
+            *(["gguf"] if facts.gguf_files else []),
+            *([] if facts.stock_class else ["custom_code"]),
+            *facts.extra_tags,
+        ],
         model_name=facts.repo_id,
         eval_results=eval_results or None,
     )
@@ -185,14 +198,20 @@ def render_model_card(facts: CardFacts) -> str:
         f"# {name}",
         (
             "A small GPT-style causal language model trained from scratch with MiniGPT. "
-            "It loads with plain `transformers` "
-            "(the model's source files ship beside the weights, hence `trust_remote_code=True`)."
+            + (
+                f"It is published as the stock transformers architecture `{facts.stock_class}`, which "
+                "computes it exactly: it loads with plain `transformers`, no remote code."
+                if facts.stock_class
+                else "It loads with plain `transformers` "
+                "(the model's source files ship beside the weights, hence `trust_remote_code=True`)."
+            )
         ),
         "## Architecture",
         (
             f"Decoder-only transformer (`{config.get('model_type')}`, "
             f"`{', '.join(config.get('architectures') or [])}`): pre-norm blocks, fused QKV "
-            f"attention, GELU MLP. **{facts.num_parameters:,} parameters** "
+            f"attention, {'gated ' if config.get('mlp_type') == 'gated' else ''}{config.get('hidden_act', 'gelu')} "
+            f"MLP. **{facts.num_parameters:,} parameters** "
             f"({facts.num_parameters / 1e6:.2f} M, tied embeddings counted once)."
         ),
         _table(arch_rows, ("setting", "value")),
@@ -240,17 +259,18 @@ def render_model_card(facts: CardFacts) -> str:
     if facts.loss_curve:
         parts += ["### Loss curve", f"![training and validation loss]({facts.loss_curve})"]
 
+    # AutoTokenizer reads config.json (which may name the model's code) first: trusted, it does not ask.
+    trust = "" if facts.stock_class else ", trust_remote_code=True"
     parts += [
         "## Usage",
         "```python\n"
         "from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline\n\n"
-        # AutoTokenizer reads config.json (which names the model's code) first: trusted, it does not ask.
-        f'tokenizer = AutoTokenizer.from_pretrained("{facts.repo_id}", trust_remote_code=True)\n'
-        f'model = AutoModelForCausalLM.from_pretrained("{facts.repo_id}", trust_remote_code=True)\n'
+        f'tokenizer = AutoTokenizer.from_pretrained("{facts.repo_id}"{trust})\n'
+        f'model = AutoModelForCausalLM.from_pretrained("{facts.repo_id}"{trust})\n'
         'inputs = tokenizer("ROMEO:", return_tensors="pt")\n'
         "output = model.generate(**inputs)  # generation_config.json: the run's sampling, up to the context\n"
         "print(tokenizer.decode(output[0]))\n\n"
-        f'generator = pipeline("text-generation", model="{facts.repo_id}", trust_remote_code=True)\n'
+        f'generator = pipeline("text-generation", model="{facts.repo_id}"{trust})\n'
         'print(generator("ROMEO:")[0]["generated_text"])\n'
         "```",
         (
@@ -259,6 +279,9 @@ def render_model_card(facts: CardFacts) -> str:
             '(pass `revision="<tag>"` for an earlier version).'
         ),
     ]
+    if facts.gguf_files:
+        listed = ", ".join(f"`{name}`" for name in facts.gguf_files)
+        parts.append(f"For llama.cpp (and runtimes built on it): {listed}, with the tokenizer inside.")
     return "\n\n".join(parts) + "\n"
 
 

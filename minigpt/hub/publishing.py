@@ -7,6 +7,11 @@ names data files by file name, the JSON metadata loses transformers' loading sta
 Trainer's checkpoint extras are left behind, above all its pickles (`training_args.bin`,
 `optimizer.pt`, `rng_state*.pth`): loading a pickle runs code, so none is ever published.
 Every check runs before the hub folder is touched, so a rejected push leaves it as it was.
+
+Forms (`form`): "stock" publishes the model as the stock transformers architecture that computes
+it exactly (`minigpt.export`), which loads everywhere without remote code; "minigpt" publishes
+MiniGPT's own config with its source files (`trust_remote_code=True`); "auto", the default, is
+stock when a stock architecture fits and minigpt otherwise. A GGUF file for llama.cpp can go beside.
 """
 
 from __future__ import annotations
@@ -19,8 +24,13 @@ from pathlib import Path
 
 import yaml
 from safetensors import safe_open
+from transformers import GenerationConfig
 
+from ..data.tokenizer import load_tokenizer
 from ..errors import MiniGPTUserError
+from ..export.errors import ExportError
+from ..export.exporting import to_stock_model, write_stock_folder
+from ..model import MiniGPTForCausalLM
 from ..training.checkpoints import RESOLVED_CONFIG_NAME
 from . import store
 from .loading import resolve_model
@@ -40,6 +50,9 @@ TOKENIZER_FILES = (
 LOSS_CURVE_NAME = "loss.png"  # the loss-curve picture training draws in the run folder
 # Formats that unpickle (torch.save, pickle, joblib): never published, whatever the allowlist says.
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib")
+
+
+PUBLISH_FORMS = ("auto", "stock", "minigpt")
 
 
 class PublishError(MiniGPTUserError):
@@ -129,8 +142,46 @@ def _generation_config_file(model_dir: Path, staging: Path, config: dict) -> Pat
     return written
 
 
-def collect_files(source: str | os.PathLike, staging: Path, repo_id: str, license: str) -> dict[str, Path]:
+def _stock_files(
+    model_dir: Path, staging: Path, generation_file: Path, form: str, gguf_dtype: str | None, repo_id: str
+) -> dict[str, Path]:
+    """The model exported to its stock architecture (and GGUF) in `staging`: {snapshot name: file}.
+
+    Empty when `form` is "auto" and no stock architecture computes the model (it is published as is).
+    """
+    model = MiniGPTForCausalLM.from_pretrained(model_dir, attn_implementation="eager").eval()
+    files: dict[str, Path] = {}
+    if form != "minigpt":
+        try:
+            export = to_stock_model(model)
+        except ExportError as err:
+            if form == "stock":
+                raise PublishError(f"cannot publish the stock form: {err}") from None
+            export = None
+        if export is not None:
+            generation = GenerationConfig.from_pretrained(generation_file.parent, generation_file.name)
+            folder = write_stock_folder(export, load_tokenizer(model_dir), staging / "stock", generation)
+            files = {p.name: p for p in sorted(folder.iterdir()) if p.name != "README.md"}
+    if gguf_dtype is not None:
+        from ..export.gguf_export import write_gguf
+
+        name = f"{repo_id.split('/')[-1]}-{gguf_dtype.upper()}.gguf"
+        write_gguf(model, load_tokenizer(model_dir), staging / name, dtype=gguf_dtype)
+        files[name] = staging / name
+    return files
+
+
+def collect_files(
+    source: str | os.PathLike,
+    staging: Path,
+    repo_id: str,
+    license: str,
+    form: str = "auto",
+    gguf_dtype: str | None = None,
+) -> dict[str, Path]:
     """{snapshot name: file} for everything published from `source`; generated files go to `staging`."""
+    if form not in PUBLISH_FORMS:
+        raise PublishError(f"form must be one of {', '.join(PUBLISH_FORMS)}, got {form!r}")
     if not Path(source).exists():
         raise PublishError(f"source not found: {source}")
     location = resolve_model(source)
@@ -146,9 +197,19 @@ def collect_files(source: str | os.PathLike, staging: Path, repo_id: str, licens
             _check_safetensors(path)
     files: dict[str, Path] = {"config.json": model_dir / "config.json", **weights}
     files.update(_tokenizer_files(model_dir))
-    files.update(_source_files(model_dir, config))
-
     files["generation_config.json"] = _generation_config_file(model_dir, staging, config)
+    minigpt_config = config
+    converted = {}
+    if config.get("model_type") == "minigpt" and (form != "minigpt" or gguf_dtype is not None):
+        generation_file = files["generation_config.json"]
+        converted = _stock_files(model_dir, staging, generation_file, form, gguf_dtype, repo_id)
+    if "config.json" in converted:  # the stock form replaces MiniGPT's config, weights and tokenizer
+        files = dict(converted)
+        config = json.loads(files["config.json"].read_text())
+    else:
+        files.update(converted)  # a GGUF, if asked for
+        if config.get("model_type") == "minigpt":  # a stock folder (an export) needs no source files
+            files.update(_source_files(model_dir, config))
 
     for name in [n for n in files if n.endswith(".json")]:  # no loading state (`_name_or_path`, ...)
         cleaned = clean_json_text(files[name].read_text(encoding="utf-8"))
@@ -170,7 +231,9 @@ def collect_files(source: str | os.PathLike, staging: Path, repo_id: str, licens
     metrics, step = read_eval_metrics(run_dir, model_dir)
     facts = CardFacts(
         repo_id=repo_id,
-        model_config=config,
+        model_config=minigpt_config,
+        stock_class=(config.get("architectures") or [None])[0] if config is not minigpt_config else None,
+        gguf_files=sorted(name for name in files if name.endswith(".gguf")),
         num_parameters=count_parameters([p for p in weights.values() if p.suffix == ".safetensors"]),
         license=license,
         run_config=portable.config if portable is not None else None,
@@ -200,15 +263,20 @@ def publish(
     tag: str | None = None,
     message: str | None = None,
     license: str = "apache-2.0",
+    form: str = "auto",
+    gguf_dtype: str | None = None,
 ) -> store.CommitInfo:
-    """Commit the model in `source` (model, checkpoint or run folder) to `repo_id` in `hub_dir`."""
+    """Commit the model in `source` (model, checkpoint or run folder) to `repo_id` in `hub_dir`.
+
+    `form` and `gguf_dtype`: see the module docstring.
+    """
     store.validate_model_repo_id(repo_id)
     if tag is not None:
         store.validate_tag(tag)
         store.check_new_tag(hub_dir, repo_id, tag)
     with tempfile.TemporaryDirectory(prefix="minigpt-publish-") as staging:
-        files = collect_files(source, Path(staging), repo_id, license)
+        files = collect_files(source, Path(staging), repo_id, license, form, gguf_dtype)
         return store.push_files(files, repo_id, hub_dir, message or f"Publish {source}", tag=tag)
 
 
-__all__ = ["PICKLE_SUFFIXES", "PublishError", "collect_files", "publish"]
+__all__ = ["PICKLE_SUFFIXES", "PUBLISH_FORMS", "PublishError", "collect_files", "publish"]
