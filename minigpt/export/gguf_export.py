@@ -129,7 +129,9 @@ def write_gguf(
     """
     if dtype not in GGUF_DTYPES:
         raise _refuse("dtype", dtype, f"GGUF export writes one of {', '.join(GGUF_DTYPES)}")
-    config: MiniGPTConfig = model.config
+    config = model.config
+    if not isinstance(config, MiniGPTConfig):
+        raise _refuse("model", type(model).__name__, "GGUF export writes MiniGPT models (MiniGPTForCausalLM)")
     arch = gguf_architecture(config)
     tokens, token_types, merges = _vocabulary(tokenizer, config.vocab_size)  # checked before any write
 
