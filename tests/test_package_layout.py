@@ -22,6 +22,7 @@ STAGE_RANK = {
     "minigpt.model": 1,
     "minigpt.data": 2,
     "minigpt.training": 3,
+    "minigpt.export": 3,  # stock architectures and GGUF: imports the model and data stages
     "minigpt.hub": 4,
     "minigpt.generation": 5,
     "minigpt.evaluation": 5,

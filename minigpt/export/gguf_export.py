@@ -1,0 +1,364 @@
+"""A MiniGPT model and its tokenizer as one GGUF file that llama.cpp (and everything built on it) runs.
+
+llama.cpp has no generic graph: each architecture (`general.architecture`) is a hand-written C++ graph
+with its norm, MLP and rotary convention fixed. So a MiniGPT config goes to the one architecture whose
+graph computes the same function, and anything no graph computes is refused by name:
+
+    learned positions, LayerNorm, tanh-GELU MLP                -> gpt2
+    rotary, LayerNorm, tanh-GELU MLP                           -> starcoder2
+    rotary, RMSNorm, SiLU-gated MLP                            -> llama
+    rotary, RMSNorm, SiLU-gated MLP, QK-norm, no biases        -> qwen3
+
+Weights keep MiniGPT's values under llama.cpp's tensor names (those of the `gguf` package, which
+llama.cpp's own converter uses); ggml's shapes are numpy's reversed, so an `nn.Linear` weight (out, in)
+is stored as it is and read as ne = {in, out}, llama.cpp's layout. The byte-level BPE goes in whole
+(`tokenizer.ggml.model = "gpt2"`), so the file needs nothing beside it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import gguf
+import numpy as np
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from ..atomic import fsync_dir
+from ..model.configuration_minigpt import MiniGPTConfig
+from .errors import ExportError
+
+GGUF_DTYPES = ("f32", "f16", "q8_0")
+# ggml's GELU is the tanh approximation, 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))), read from an f16
+# table; these are transformers' names for that formula. "gelu" (erf) is another function: refused.
+TANH_GELU = ("gelu_pytorch_tanh", "gelu_new", "gelu_fast")
+# The pre-tokenizer llama.cpp applies for `tokenizer.ggml.pre = "gpt-2"`: GPT-2's regex, which is what
+# `tokenizers`' ByteLevel(use_regex=True) splits with (MiniGPT's tokenizer, minigpt/data/tokenizer.py).
+GPT2_PRE_TOKENIZER = "gpt-2"
+
+_FILE_TYPES = {
+    "f32": gguf.LlamaFileType.ALL_F32,
+    "f16": gguf.LlamaFileType.MOSTLY_F16,
+    "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
+}
+_ARCHS = {
+    "gpt2": gguf.MODEL_ARCH.GPT2,
+    "starcoder2": gguf.MODEL_ARCH.STARCODER2,
+    "llama": gguf.MODEL_ARCH.LLAMA,
+    "qwen3": gguf.MODEL_ARCH.QWEN3,
+}
+T = gguf.MODEL_TENSOR
+
+
+def _refuse(option: str, value: object, reason: str) -> ExportError:
+    return ExportError(f"{option}={value!r}: {reason}")
+
+
+def gguf_architecture(config: MiniGPTConfig) -> str:
+    """The llama.cpp architecture whose graph is exactly MiniGPT's for `config`.
+
+    Raises `ExportError` with one line naming the first option no llama.cpp graph computes.
+    """
+    rope = config.position_embedding_type == "rope"
+    if not rope:
+        if config.norm_type != "layernorm":
+            raise _refuse(
+                "norm_type", config.norm_type, "llama.cpp's gpt2 graph (learned positions) has LayerNorm only"
+            )
+        if config.mlp_type != "standard":
+            raise _refuse(
+                "mlp_type", config.mlp_type, "llama.cpp's gpt2 graph (learned positions) has a plain MLP only"
+            )
+        if config.qk_norm:
+            raise _refuse("qk_norm", True, "llama.cpp's gpt2 graph (learned positions) has no QK-norm")
+        arch = "gpt2"
+    elif config.norm_type == "layernorm":
+        if config.mlp_type != "standard":
+            raise _refuse("mlp_type", config.mlp_type, "no llama.cpp graph has LayerNorm with a gated MLP")
+        if config.qk_norm:
+            raise _refuse(
+                "qk_norm", True, "llama.cpp's LayerNorm graph with rotary (starcoder2) has no QK-norm"
+            )
+        arch = "starcoder2"
+    else:
+        if config.mlp_type != "gated":
+            raise _refuse(
+                "mlp_type", config.mlp_type, "llama.cpp's RMSNorm graphs (llama, qwen3) have a gated MLP only"
+            )
+        if config.hidden_act != "silu":
+            raise _refuse(
+                "hidden_act", config.hidden_act, "llama.cpp's llama and qwen3 graphs gate with SiLU only"
+            )
+        if config.qk_norm and config.bias:
+            raise _refuse("bias", True, "llama.cpp's qwen3 graph (QK-norm) has no biases; set bias=False")
+        arch = "qwen3" if config.qk_norm else "llama"
+    if arch in ("gpt2", "starcoder2") and config.hidden_act not in TANH_GELU:
+        raise _refuse(
+            "hidden_act",
+            config.hidden_act,
+            f"llama.cpp's {arch} graph computes the tanh-approximated GELU only ({', '.join(TANH_GELU)})",
+        )
+    if rope:
+        rope_type = (config.rope_parameters or {}).get("rope_type", "default")
+        if rope_type not in ("default", "linear"):
+            raise _refuse(
+                "rope_parameters['rope_type']",
+                rope_type,
+                "llama.cpp scales rotary positions exactly as transformers for 'default' and 'linear' only",
+            )
+    return arch
+
+
+def write_gguf(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    path: str | os.PathLike,
+    dtype: str = "f32",
+) -> str:
+    """Write `model` (a MiniGPTForCausalLM) and its byte-level BPE `tokenizer` as one GGUF file at `path`.
+
+    `dtype`: "f32" (exact), "f16", or "q8_0" (llama.cpp's 8-bit blocks of 32 values; a matrix whose rows
+    are not a multiple of 32 long falls back to f16, as llama.cpp's converter does). Norms, biases and
+    learned positions stay f32 in every case. The file appears whole or not at all (written beside
+    `path`, then renamed). Returns the llama.cpp architecture written (`gguf_architecture`).
+    """
+    if dtype not in GGUF_DTYPES:
+        raise _refuse("dtype", dtype, f"GGUF export writes one of {', '.join(GGUF_DTYPES)}")
+    config = model.config
+    if not isinstance(config, MiniGPTConfig):
+        raise _refuse("model", type(model).__name__, "GGUF export writes MiniGPT models (MiniGPTForCausalLM)")
+    arch = gguf_architecture(config)
+    tokens, token_types, merges = _vocabulary(tokenizer, config.vocab_size)  # checked before any write
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, staging = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        writer = gguf.GGUFWriter(staging, gguf.MODEL_ARCH_NAMES[_ARCHS[arch]])
+        _add_hyperparameters(writer, config, arch, dtype)
+        _add_tokenizer(writer, tokenizer, tokens, token_types, merges)
+        for name, tensor in _tensors(model, arch):
+            _add_tensor(writer, name, tensor, dtype)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        with open(staging, "rb+") as handle:  # the bytes on disk before the rename makes them visible
+            os.fsync(handle.fileno())
+        os.replace(staging, path)
+        fsync_dir(path.parent)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(staging)
+        raise
+    return arch
+
+
+def _add_hyperparameters(writer: gguf.GGUFWriter, config: MiniGPTConfig, arch: str, dtype: str) -> None:
+    """The `{arch}.*` keys llama.cpp reads for this graph (llama.cpp's converter writes the same)."""
+    writer.add_name("MiniGPT")
+    writer.add_file_type(_FILE_TYPES[dtype])
+    writer.add_vocab_size(config.vocab_size)
+    writer.add_context_length(config.max_position_embeddings)  # gpt2: the rows of position_embd
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_attention_heads)  # no grouped-query attention
+    if config.norm_type == "rmsnorm":
+        writer.add_layer_norm_rms_eps(config.layer_norm_epsilon)
+    else:
+        writer.add_layer_norm_eps(config.layer_norm_epsilon)
+    if arch == "gpt2":
+        return
+    writer.add_key_length(config.head_dim)
+    writer.add_value_length(config.head_dim)
+    writer.add_rope_dimension_count(config.head_dim)  # the whole head rotates
+    rope = config.rope_parameters or {}
+    writer.add_rope_freq_base(float(rope.get("rope_theta", 10000.0)))
+    if rope.get("rope_type") == "linear":
+        # transformers divides the inverse frequencies by `factor`; llama.cpp multiplies the positions
+        # by freq_scale = 1 / rope.scaling.factor: the same angles.
+        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        writer.add_rope_scaling_factor(float(rope["factor"]))
+
+
+def _vocabulary(
+    tokenizer: PreTrainedTokenizerBase, vocab_size: int
+) -> tuple[list[str], list[int], list[str]]:
+    """Tokens by id (padded to the model's vocab_size), their llama.cpp types, and the BPE merges.
+
+    Refuses a tokenizer llama.cpp's gpt2 tokenizer would split differently: llama.cpp re-implements
+    byte-level BPE with GPT-2's regex and no normalizer, so only that exact pipeline carries over.
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        raise _refuse(
+            "tokenizer", type(tokenizer).__name__, "GGUF export needs a fast (tokenizers) tokenizer"
+        )
+    spec = json.loads(backend.to_str())
+    bpe = spec["model"]
+    if bpe.get("type") != "BPE" or bpe.get("byte_fallback") or bpe.get("ignore_merges"):
+        raise _refuse(
+            "tokenizer.model", bpe.get("type"), "llama.cpp's gpt2 tokenizer is a plain byte-level BPE"
+        )
+    pre = spec.get("pre_tokenizer") or {}
+    if pre.get("type") != "ByteLevel" or pre.get("add_prefix_space") or not pre.get("use_regex", True):
+        raise _refuse(
+            "tokenizer.pre_tokenizer",
+            pre.get("type"),
+            "llama.cpp's 'gpt-2' pre-tokenizer is ByteLevel with GPT-2's regex and no prefix space",
+        )
+    if spec.get("normalizer") is not None:
+        raise _refuse(
+            "tokenizer.normalizer", spec["normalizer"].get("type"), "llama.cpp's gpt2 tokenizer has none"
+        )
+
+    vocab = backend.get_vocab(with_added_tokens=True)  # {token: id}
+    if len(vocab) > vocab_size:
+        raise _refuse("vocab_size", vocab_size, f"the tokenizer has {len(vocab)} tokens, more than the model")
+    by_id: dict[int, str] = {index: token for token, index in vocab.items()}
+    added = {entry["id"]: entry for entry in spec.get("added_tokens", [])}
+    tokens, token_types = [], []
+    for index in range(vocab_size):
+        if index not in by_id:  # embedding rows past the tokenizer (a padded vocab): never produced
+            tokens.append(f"[PAD{index}]")
+            token_types.append(gguf.TokenType.UNUSED)
+        elif index in added:
+            tokens.append(by_id[index])
+            # Specials are CONTROL: matched whole, never split, and not printed as text.
+            special = added[index].get("special", False)
+            token_types.append(gguf.TokenType.CONTROL if special else gguf.TokenType.USER_DEFINED)
+        else:
+            tokens.append(by_id[index])
+            token_types.append(gguf.TokenType.NORMAL)
+    # tokenizers >= 0.20 writes a merge as a pair ["a", "b"], older ones as "a b"; GGUF takes "a b".
+    merges = [" ".join(m) if isinstance(m, list) else m for m in bpe.get("merges", [])]
+    return tokens, [int(t) for t in token_types], merges
+
+
+def _add_tokenizer(
+    writer: gguf.GGUFWriter,
+    tokenizer: PreTrainedTokenizerBase,
+    tokens: list[str],
+    token_types: list[int],
+    merges: list[str],
+) -> None:
+    writer.add_tokenizer_model("gpt2")  # byte-level BPE
+    writer.add_tokenizer_pre(GPT2_PRE_TOKENIZER)
+    writer.add_token_list(tokens)
+    writer.add_token_types(token_types)
+    writer.add_token_merges(merges)
+    for token_id, add in (
+        (tokenizer.bos_token_id, writer.add_bos_token_id),
+        (tokenizer.eos_token_id, writer.add_eos_token_id),
+        (tokenizer.pad_token_id, writer.add_pad_token_id),
+    ):
+        if token_id is not None:
+            add(token_id)
+    # MiniGPT's tokenizer adds no special tokens to a text: llama.cpp must not prepend BOS either.
+    writer.add_add_bos_token(False)
+    writer.add_add_eos_token(False)
+
+
+def _name(tensor: gguf.MODEL_TENSOR, arch: str, suffix: str, block: int | None = None) -> str:
+    """llama.cpp's name for a tensor, checked against the tensors its `arch` graph loads."""
+    if tensor not in gguf.MODEL_TENSORS[_ARCHS[arch]]:
+        raise AssertionError(f"llama.cpp's {arch} has no {tensor.name} tensor")  # a bug here, not the user's
+    return f"{gguf.TENSOR_NAMES[tensor].format(bid=block)}.{suffix}"
+
+
+def _llama_rotary_order(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Reorder q or k rows from rotate_half pairs (i, i + hs/2) to interleaved pairs (2i, 2i + 1).
+
+    llama.cpp's llama graph rotates adjacent pairs (rope type NORM, Meta's original layout), while
+    MiniGPT, like transformers, rotates the two halves of each head (NEOX). Moving output row i + hs/2
+    next to row i makes the same rotation apply; q and k move alike, so every q.k is unchanged.
+    This is llama.cpp's converter's `LlamaModel.permute`. (nh * hs, ...) -> (nh * hs, ...)
+    """
+    rest = weight.shape[1:]
+    return weight.reshape(num_heads, 2, -1, *rest).transpose(1, 2).reshape(weight.shape)
+
+
+def _tensors(model: PreTrainedModel, arch: str) -> Iterator[tuple[str, torch.Tensor]]:
+    """(llama.cpp name, fp32 tensor) for every weight the `arch` graph loads, from MiniGPT's modules."""
+    config: MiniGPTConfig = model.config
+    C, ffn, nh = config.hidden_size, config.intermediate_size, config.num_attention_heads
+    trunk = model.transformer
+    # gpt2 and starcoder2 load every bias (and LayerNorm bias) as required: zeros stand in for absent ones.
+    zero_biases = arch in ("gpt2", "starcoder2")
+
+    def biased(
+        tensor: gguf.MODEL_TENSOR, block: int | None, module: torch.nn.Module, width: int
+    ) -> Iterator[tuple[str, torch.Tensor]]:
+        """A module's weight, and its (width,) bias when it has one, else zeros where the graph needs one."""
+        yield _name(tensor, arch, "weight", block), module.weight
+        bias = getattr(module, "bias", None)  # None: bias=False, or an RMSNorm (it has none)
+        if bias is None and zero_biases:
+            bias = torch.zeros(width)
+        if bias is not None:
+            yield _name(tensor, arch, "bias", block), bias
+
+    yield _name(T.TOKEN_EMBD, arch, "weight"), trunk.wte.weight  # (V, C)
+    if arch == "gpt2":
+        yield _name(T.POS_EMBD, arch, "weight"), trunk.wpe.weight  # (P, C)
+    for i, block in enumerate(trunk.h):
+        attn, mlp = block.attn, block.mlp
+        yield from biased(T.ATTN_NORM, i, block.ln_1, C)
+        if arch == "gpt2":  # fused (3C, C): q, k, v row blocks, the split llama.cpp's gpt2 graph makes
+            yield from biased(T.ATTN_QKV, i, attn.c_attn, 3 * C)
+        else:
+            weight = attn.c_attn.weight.reshape(3, C, C)  # (3, C, C): q, k, v blocks of rows
+            bias = attn.c_attn.bias.reshape(3, C) if attn.c_attn.bias is not None else None
+            for j, tensor in enumerate((T.ATTN_Q, T.ATTN_K, T.ATTN_V)):
+                w, b = weight[j], bias[j] if bias is not None else None
+                if arch == "llama" and tensor in (T.ATTN_Q, T.ATTN_K):
+                    w = _llama_rotary_order(w, nh)
+                    b = _llama_rotary_order(b, nh) if b is not None else None
+                yield _name(tensor, arch, "weight", i), w
+                if b is None and zero_biases:
+                    b = torch.zeros(C)
+                if b is not None:
+                    yield _name(tensor, arch, "bias", i), b
+        yield from biased(T.ATTN_OUT, i, attn.c_proj, C)
+        if arch == "qwen3":  # (hs,) each, one weight shared by all heads
+            yield _name(T.ATTN_Q_NORM, arch, "weight", i), attn.q_norm.weight
+            yield _name(T.ATTN_K_NORM, arch, "weight", i), attn.k_norm.weight
+        yield from biased(T.FFN_NORM, i, block.ln_2, C)
+        if config.mlp_type == "gated":  # c_fc (2I, C): gate rows, then up rows
+            gate_w, up_w = mlp.c_fc.weight.split(ffn)
+            yield _name(T.FFN_GATE, arch, "weight", i), gate_w
+            yield _name(T.FFN_UP, arch, "weight", i), up_w
+            if mlp.c_fc.bias is not None:
+                gate_b, up_b = mlp.c_fc.bias.split(ffn)
+                yield _name(T.FFN_GATE, arch, "bias", i), gate_b
+                yield _name(T.FFN_UP, arch, "bias", i), up_b
+        else:
+            yield from biased(T.FFN_UP, i, mlp.c_fc, ffn)  # (I, C)
+        yield from biased(T.FFN_DOWN, i, mlp.c_proj, C)  # (C, I)
+    yield from biased(T.OUTPUT_NORM, None, trunk.ln_f, C)
+    if not config.tie_word_embeddings:  # tied: llama.cpp reads token_embd as the output too
+        yield _name(T.OUTPUT, arch, "weight"), model.lm_head.weight  # (V, C)
+
+
+def _add_tensor(writer: gguf.GGUFWriter, name: str, tensor: torch.Tensor, dtype: str) -> None:
+    """Store one tensor in `dtype`; vectors (norms, biases) and learned positions stay f32, as in
+    llama.cpp's converter (they are tiny, and position rows are added, not multiplied)."""
+    data = tensor.detach().to(device="cpu", dtype=torch.float32).contiguous().numpy()
+    keep_f32 = data.ndim == 1 or name.startswith(gguf.TENSOR_NAMES[T.POS_EMBD])
+    if dtype == "f32" or keep_f32:
+        writer.add_tensor(name, data)
+    elif dtype == "q8_0" and data.shape[-1] % gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType.Q8_0][0] == 0:
+        quantized = gguf.quants.quantize(data, gguf.GGMLQuantizationType.Q8_0)  # uint8 blocks
+        writer.add_tensor(name, quantized, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    else:  # f16, or a q8_0 matrix whose rows do not fill whole 32-value blocks
+        writer.add_tensor(name, data.astype(np.float16))
+
+
+__all__ = ["GGUF_DTYPES", "TANH_GELU", "gguf_architecture", "write_gguf"]
