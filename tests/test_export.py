@@ -317,9 +317,10 @@ def test_cli_exports_and_refuses_in_one_line_writing_nothing(tmp_path):
     model.save_pretrained(tmp_path / "model")
     build_tiny_tokenizer().save_pretrained(tmp_path / "model")
 
-    done = run_export("model", "--output", "out", cwd=tmp_path)
+    done = run_export("model", "--output", "out", "--gguf", "model.gguf", "--dtype", "f16", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "LlamaForCausalLM" in done.stdout and (tmp_path / "out" / "model.safetensors").is_file()
+    assert "GGUF arch llama, f16" in done.stdout and (tmp_path / "model.gguf").read_bytes()[:4] == b"GGUF"
 
     refused = [
         run_export("model", "--to", "gpt2", "--output", "gpt2-out", cwd=tmp_path),  # learned positions needed
@@ -329,6 +330,10 @@ def test_cli_exports_and_refuses_in_one_line_writing_nothing(tmp_path):
     gated_layernorm.save_pretrained(tmp_path / "odd")
     build_tiny_tokenizer().save_pretrained(tmp_path / "odd")
     refused.append(run_export("odd", "--output", "odd-out", cwd=tmp_path))
+    # GPT-2 computes exact GELU, llama.cpp's gpt2 graph only the tanh form: the GGUF refusal stops both.
+    tiny_model(hidden_act="gelu").save_pretrained(tmp_path / "erf")
+    build_tiny_tokenizer().save_pretrained(tmp_path / "erf")
+    refused.append(run_export("erf", "--output", "erf-out", "--gguf", "erf.gguf", cwd=tmp_path))
     messages = []
     for result in refused:
         assert result.returncode == 2, result.stderr[-2000:]
@@ -338,5 +343,5 @@ def test_cli_exports_and_refuses_in_one_line_writing_nothing(tmp_path):
     assert "position_embedding_type='rope'" in messages[0]
     assert "--force" in messages[1]
     assert "norm_type='layernorm'" in messages[2] and "llama" in messages[2]
-    assert not (tmp_path / "gpt2-out").exists() and not (tmp_path / "odd-out").exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "odd", "out"]  # no staging left
+    assert "hidden_act='gelu'" in messages[3]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["erf", "model", "model.gguf", "odd", "out"]

@@ -123,3 +123,22 @@ def test_an_exported_model_folder_publishes_as_it_is(tmp_path):
     snapshot = commit.snapshot_dir(tmp_path / "hub", "org/exported")
     assert json.loads((snapshot / "config.json").read_text())["model_type"] == "gpt2"
     assert not [n for n in commit.files if n.endswith(".py")]
+
+
+def test_a_gguf_is_published_beside_the_model_when_asked(tmp_path):
+    from gguf import GGUFReader
+
+    folder = tmp_path / "llama"
+    from conftest import LLAMA_BLOCK
+
+    tiny_model(**LLAMA_BLOCK).save_pretrained(folder)
+    build_tiny_tokenizer().save_pretrained(folder)
+    commit = publish(folder, "org/llama", tmp_path / "hub", gguf_dtype="q8_0")
+    assert "llama-Q8_0.gguf" in commit.files
+    snapshot = commit.snapshot_dir(tmp_path / "hub", "org/llama")
+    reader = GGUFReader(snapshot / "llama-Q8_0.gguf")
+    architecture = reader.fields["general.architecture"]
+    assert bytes(architecture.parts[architecture.data[0]]).decode() == "llama"
+    card = ModelCard.load(snapshot / "README.md")
+    assert "gguf" in card.data.tags and "`llama-Q8_0.gguf`" in card.text
+    assert json.loads((snapshot / "config.json").read_text())["model_type"] == "llama"

@@ -30,6 +30,7 @@ from ..data.tokenizer import load_tokenizer
 from ..errors import MiniGPTUserError
 from ..export.errors import ExportError
 from ..export.exporting import to_stock_model, write_stock_folder
+from ..export.gguf_export import write_gguf
 from ..model import MiniGPTForCausalLM
 from ..training.checkpoints import RESOLVED_CONFIG_NAME
 from . import store
@@ -163,8 +164,6 @@ def _stock_files(
             folder = write_stock_folder(export, load_tokenizer(model_dir), staging / "stock", generation)
             files = {p.name: p for p in sorted(folder.iterdir()) if p.name != "README.md"}
     if gguf_dtype is not None:
-        from ..export.gguf_export import write_gguf
-
         name = f"{repo_id.split('/')[-1]}-{gguf_dtype.upper()}.gguf"
         write_gguf(model, load_tokenizer(model_dir), staging / name, dtype=gguf_dtype)
         files[name] = staging / name
