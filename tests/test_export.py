@@ -345,3 +345,13 @@ def test_cli_exports_and_refuses_in_one_line_writing_nothing(tmp_path):
     assert "norm_type='layernorm'" in messages[2] and "llama" in messages[2]
     assert "hidden_act='gelu'" in messages[3]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["erf", "model", "model.gguf", "odd", "out"]
+
+
+def test_an_option_no_stock_family_has_is_named_alone():
+    from minigpt.export.gguf_export import gguf_architecture
+
+    config = tiny_model(**LLAMA_BLOCK, final_logit_softcapping=30.0).config
+    with pytest.raises(ExportError, match=r"exactly: final_logit_softcapping=30.0 \(only Gemma 2"):
+        choose_architecture(config)
+    with pytest.raises(ExportError, match="final_logit_softcapping"):
+        gguf_architecture(config)

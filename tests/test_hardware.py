@@ -31,3 +31,14 @@ def test_explicit_settings_are_kept(monkeypatch):
 
 def test_the_cpu_check_answers_a_bool():
     assert isinstance(trainer.cpu_has_fast_bf16(), bool)
+
+
+@pytest.mark.parametrize(
+    "amx, avx512_bf16, fast",
+    [(True, False, True), (False, True, True), (False, False, False)],
+    ids=["amx", "avx512_bf16", "avx2_only"],
+)
+def test_bf16_is_fast_with_amx_or_avx512_bf16(monkeypatch, amx, avx512_bf16, fast):
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16, raising=False)
+    assert trainer.cpu_has_fast_bf16() is fast

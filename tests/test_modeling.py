@@ -174,6 +174,8 @@ def test_prompt_longer_than_positions_is_a_clear_error():
         ("norm_type", "batchnorm"),
         ("mlp_type", "moe"),
         ("qk_norm", "yes"),
+        ("residual_init", "small"),
+        ("final_logit_softcapping", -1.0),
     ],
 )
 def test_invalid_config_values_raise_value_error_naming_the_field(field, value):
@@ -245,7 +247,9 @@ def test_rmsnorm_and_gated_mlp_equal_llamas_modules():
         assert (block.ln_1(x) - reference_norm(x)).abs().max().item() < 1e-6
         # c_fc holds the gate rows, then the up rows; LlamaMLP is down(silu(gate(x)) * up(x)).
         config = model.config
-        llama_config = LlamaConfig(hidden_size=32, intermediate_size=config.intermediate_size, hidden_act="silu")
+        llama_config = LlamaConfig(
+            hidden_size=32, intermediate_size=config.intermediate_size, hidden_act="silu"
+        )
         reference_mlp = LlamaMLP(llama_config)
         gate, up = block.mlp.c_fc.weight.chunk(2, dim=0)
         reference_mlp.gate_proj.weight.copy_(gate)
@@ -284,3 +288,27 @@ def test_new_options_round_trip_through_save_and_load(tmp_path):
     with torch.no_grad():
         assert torch.equal(again(ids).logits, model(ids).logits)
     assert again.transformer.h[1].attn.k_norm.weight.shape == (8,)
+
+
+def test_zero_residual_init_makes_every_block_the_identity_and_still_learns():
+    model = tiny_model(residual_init="zero", hidden_dropout=0.0).train()
+    ids = torch.randint(2, 300, (2, 12), generator=torch.Generator().manual_seed(14))
+    for block in model.transformer.h:
+        assert not block.attn.c_proj.weight.any() and not block.mlp.c_proj.weight.any()
+    trunk = model.transformer
+    with torch.no_grad():  # blocks add zero: the trunk is embeddings -> final norm
+        embedded = trunk.wte(ids) + trunk.wpe(torch.arange(12))[None]
+        assert torch.allclose(trunk(ids).last_hidden_state, trunk.ln_f(embedded), atol=1e-6)
+    model(ids, labels=ids).loss.backward()
+    assert model.transformer.h[0].mlp.c_proj.weight.grad.abs().sum() > 0
+
+
+def test_logit_softcapping_bounds_the_logits():
+    ids = torch.randint(2, 300, (1, 10), generator=torch.Generator().manual_seed(15))
+    plain, capped = tiny_model(), tiny_model(final_logit_softcapping=2.0)
+    with torch.no_grad():
+        for model in (plain, capped):
+            model.lm_head.weight.mul_(200.0)  # logits far past the cap (tied: embeddings grow too)
+        raw, bounded = plain(ids).logits, capped(ids).logits
+    assert raw.abs().max() > 4.0 and bounded.abs().max() <= 2.0  # tanh saturates to 1.0 in fp32
+    assert torch.allclose(bounded, 2.0 * torch.tanh(raw / 2.0), atol=1e-5)

@@ -64,6 +64,12 @@ def gguf_architecture(config: MiniGPTConfig) -> str:
 
     Raises `ExportError` with one line naming the first option no llama.cpp graph computes.
     """
+    if config.final_logit_softcapping is not None:
+        raise _refuse(
+            "final_logit_softcapping",
+            config.final_logit_softcapping,
+            "llama.cpp caps logits only in its gemma2 graph, which differs otherwise",
+        )
     rope = config.position_embedding_type == "rope"
     if not rope:
         if config.norm_type != "layernorm":

@@ -17,6 +17,7 @@ require_version("transformers>=5.24", "MiniGPT's model code uses the cache and o
 POSITION_EMBEDDING_TYPES = ("learned", "rope")
 NORM_TYPES = ("layernorm", "rmsnorm")
 MLP_TYPES = ("standard", "gated")
+RESIDUAL_INITS = ("scaled", "zero")
 ROPE_TYPES = ("default", *ROPE_INIT_FUNCTIONS)  # "default" is plain RoPE; the others scale it (Llama's set)
 
 
@@ -67,6 +68,12 @@ class MiniGPTConfig(PretrainedConfig):
     bias: bool = True  # biases in linear layers and layer norms (False is faster, as in nanoGPT)
     layer_norm_epsilon: float = 1e-5  # epsilon of every norm (LayerNorm, RMSNorm, QK-norm)
     initializer_range: float = 0.02  # std of the normal init of matrices and embeddings (GPT-2)
+    # Init of the attention and MLP output projections: "scaled", normal(0, initializer_range /
+    # sqrt(2 * layers)) as GPT-2; "zero", so every block starts as the identity (modded-nanogpt).
+    residual_init: str = "scaled"
+    # tanh soft-capping of the output logits, cap * tanh(logits / cap) (Gemma 2); None: off. No stock
+    # transformers architecture but Gemma 2 has it, so a model with it does not export.
+    final_logit_softcapping: float | None = None
     tie_word_embeddings: bool = True  # share the input embedding with the output head
     use_cache: bool = True  # return a KV cache from forward when generating
     bos_token_id: int | None = None  # beginning-of-sequence token (None: no BOS)
@@ -118,6 +125,13 @@ class MiniGPTConfig(PretrainedConfig):
             raise ValueError(f"MiniGPTConfig.norm_type must be one of {NORM_TYPES}, got {self.norm_type!r}")
         if self.mlp_type not in MLP_TYPES:
             raise ValueError(f"MiniGPTConfig.mlp_type must be one of {MLP_TYPES}, got {self.mlp_type!r}")
+        if self.residual_init not in RESIDUAL_INITS:
+            raise ValueError(
+                f"MiniGPTConfig.residual_init must be one of {RESIDUAL_INITS}, got {self.residual_init!r}"
+            )
+        cap = self.final_logit_softcapping
+        if cap is not None and (not isinstance(cap, int | float) or cap <= 0):
+            raise ValueError(f"MiniGPTConfig.final_logit_softcapping must be positive or None, got {cap!r}")
         if not isinstance(self.qk_norm, bool):
             raise ValueError(f"MiniGPTConfig.qk_norm must be true or false, got {self.qk_norm!r}")
         if self.layer_norm_epsilon <= 0:
@@ -148,4 +162,4 @@ class MiniGPTConfig(PretrainedConfig):
             raise ValueError(f"MiniGPTConfig.rope_parameters: {err.args[0]}") from None
 
 
-__all__ = ["MLP_TYPES", "NORM_TYPES", "MiniGPTConfig", "default_intermediate_size"]
+__all__ = ["MLP_TYPES", "NORM_TYPES", "RESIDUAL_INITS", "MiniGPTConfig", "default_intermediate_size"]

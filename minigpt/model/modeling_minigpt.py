@@ -303,10 +303,15 @@ class MiniGPTPreTrainedModel(PreTrainedModel):
         if isinstance(module, MiniGPTRMSNorm):
             init.ones_(module.weight)
         elif isinstance(module, nn.Linear) and getattr(module, "is_residual_projection", False):
-            # GPT-2: scale the residual projections by 1/sqrt(2 * n_layer) so the residual
-            # stream's variance does not grow with depth (two residual branches per block).
-            std = self.config.initializer_range / math.sqrt(2 * self.config.num_hidden_layers)
-            init.normal_(module.weight, mean=0.0, std=std)
+            if self.config.residual_init == "zero":
+                # Every block starts as the identity; the projections still get gradient, since the
+                # branch's input (attention output, MLP activations) is nonzero.
+                init.zeros_(module.weight)
+            else:
+                # GPT-2: scale the residual projections by 1/sqrt(2 * n_layer) so the residual
+                # stream's variance does not grow with depth (two residual branches per block).
+                std = self.config.initializer_range / math.sqrt(2 * self.config.num_hidden_layers)
+                init.normal_(module.weight, mean=0.0, std=std)
             if module.bias is not None:
                 init.zeros_(module.bias)
         else:
@@ -473,6 +478,9 @@ class MiniGPTForCausalLM(MiniGPTPreTrainedModel, GenerationMixin):
         elif isinstance(logits_to_keep, torch.Tensor):
             hidden_states = hidden_states[:, logits_to_keep, :]
         logits = self.lm_head(hidden_states)  # (B, T', V)
+        cap = self.config.final_logit_softcapping
+        if cap is not None:  # Gemma 2: bounded logits, |logit| < cap
+            logits = cap * torch.tanh(logits / cap)
 
         loss = None
         if labels is not None:

@@ -33,6 +33,7 @@ MANAGED_MODEL_FIELDS = {
 POSITION_EMBEDDING_TYPES = ("learned", "rope")  # as in MiniGPTConfig
 NORM_TYPES = ("layernorm", "rmsnorm")  # as in MiniGPTConfig
 MLP_TYPES = ("standard", "gated")  # as in MiniGPTConfig
+RESIDUAL_INITS = ("scaled", "zero")  # as in MiniGPTConfig
 ATTN_IMPLEMENTATIONS = ("auto", "eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
 LR_SCHEDULER_TYPES = (
     "cosine_with_min_lr",
@@ -72,6 +73,8 @@ class ModelSettings:
     bias: bool = True  # biases in linear layers and layer norms (False is faster, as in nanoGPT)
     layer_norm_epsilon: float = 1e-5  # epsilon of every norm (LayerNorm, RMSNorm, QK-norm)
     initializer_range: float = 0.02  # std of the normal init of matrices and embeddings (GPT-2)
+    residual_init: str = "scaled"  # output projections: "scaled" (GPT-2's 1/sqrt(2L)) or "zero"
+    final_logit_softcapping: float | None = None  # cap * tanh(logits / cap) (Gemma 2); opt-in: no export
     tie_word_embeddings: bool = True  # share the input embedding with the output head
 
     def __post_init__(self) -> None:
@@ -97,6 +100,14 @@ class ModelSettings:
         )
         require_choice(self.norm_type, NORM_TYPES, "model.norm_type")
         require_choice(self.mlp_type, MLP_TYPES, "model.mlp_type")
+        require_choice(self.residual_init, RESIDUAL_INITS, "model.residual_init")
+        if self.final_logit_softcapping is not None:
+            require(
+                self.final_logit_softcapping > 0,
+                "model.final_logit_softcapping",
+                "must be positive or null",
+                self.final_logit_softcapping,
+            )
         if self.position_embedding_type == "rope":
             head_dim = self.hidden_size // self.num_attention_heads
             require(

@@ -277,10 +277,12 @@ def resolve_hardware(hardware: HardwareSettings) -> HardwareSettings:
 
 
 def cpu_has_fast_bf16() -> bool:
-    """True on CPUs with AMX-BF16 tiles (Intel Sapphire Rapids and later), which oneDNN uses for
-    bf16 matmuls; without them bf16 is converted to fp32 and back, slower than fp32 alone."""
-    is_supported = getattr(torch.cpu, "_is_amx_tile_supported", None)  # private in torch 2.x
-    return bool(is_supported and is_supported())
+    """True on CPUs with bf16 matmul instructions, which oneDNN uses: AMX-BF16 tiles (Intel Sapphire
+    Rapids and later) or AVX512-BF16 dot products (AMD Zen 4, Intel Cooper Lake); a 1024x128x512
+    matmul ran 2.5x faster in bf16 on a Zen 4 EPYC, the default run's step 1.3x. Without them (AVX2
+    machines, Zen 3) bf16 is converted to fp32 and back, slower than fp32 alone."""
+    checks = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")  # private in torch 2.x
+    return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in checks)
 
 
 def training_dtype(hardware: HardwareSettings) -> torch.dtype:
