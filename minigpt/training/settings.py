@@ -132,12 +132,20 @@ class TrainingSettings:
     """
 
     output_dir: str = "runs/minigpt"  # checkpoints, metrics.jsonl, samples.txt, loss.png and final/ go here
-    overwrite_output_dir: bool = False  # start over in an output_dir that holds a run: removes its outputs first
+    overwrite_output_dir: bool = (
+        False  # start over in an output_dir that holds a run: removes its outputs first
+    )
     max_steps: int = 1000  # optimizer steps in the whole run
     learning_rate: float = 1e-3  # peak learning rate, reached at the end of warmup
     min_learning_rate: float = 1e-4  # floor of the cosine decay (used by cosine_with_min_lr only)
     lr_scheduler_type: str = "cosine_with_min_lr"  # Trainer schedule name; warmup is linear in all of them
     warmup_steps: int = 100  # linear warmup from 0 to learning_rate over this many steps
+    # warmup_stable_decay: the share of the run, at its end, over which the LR decays to min_learning_rate
+    decay_fraction: float = 0.3
+    # Seconds the training loop may take (evaluation included; null: no limit): the first steps are
+    # timed and the run ends at the step that fits, at most max_steps. Needs warmup_stable_decay, whose
+    # decay is placed from the end; the plan is saved in checkpoints, so resume stays exact.
+    max_time: float | None = None
     weight_decay: float = 0.1  # AdamW decoupled weight decay, applied to weight matrices only
     decay_embeddings: bool = False  # also decay token/position embeddings (and the tied output head)
     adam_beta1: float = 0.9  # AdamW first-moment decay
@@ -175,6 +183,17 @@ class TrainingSettings:
             )
         require(self.adam_epsilon > 0, "training.adam_epsilon", "must be positive", self.adam_epsilon)
         require_choice(self.lr_scheduler_type, LR_SCHEDULER_TYPES, "training.lr_scheduler_type")
+        require(
+            0 < self.decay_fraction <= 1, "training.decay_fraction", "must be in (0, 1]", self.decay_fraction
+        )
+        if self.max_time is not None:
+            require(self.max_time > 0, "training.max_time", "must be positive or null", self.max_time)
+            require(
+                self.lr_scheduler_type == "warmup_stable_decay",
+                "training.max_time",
+                "needs training.lr_scheduler_type=warmup_stable_decay (its decay is placed from the planned end)",
+                self.max_time,
+            )
         for name in [self.report_to] if isinstance(self.report_to, str) else self.report_to:
             require_choice(name, REPORT_TO_CHOICES, "training.report_to")
         if self.save_total_limit is not None:

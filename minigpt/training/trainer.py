@@ -71,6 +71,7 @@ from .settings import (
     require_choice,
 )
 from .throughput import PEAK_FLOPS_FILE, ThroughputMeter, cache_dir, flops_per_token, resolve_peak_flops
+from .time_budget import TimeBudgetCallback, WarmupStableDecay
 
 
 @dataclass
@@ -100,9 +101,11 @@ class MiniGPTTrainer(AtomicCheckpointTrainer):
         decay_embeddings: bool = False,
         throughput: ThroughputMeter | None = None,
         bits_per_byte: Callable[[float], float] | None = None,
+        schedule: WarmupStableDecay | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        self.schedule = schedule  # warmup_stable_decay's multiplier; None: Trainer's own schedules
         self.decay_embeddings = decay_embeddings
         self.throughput = throughput
         self.bits_per_byte = bits_per_byte  # validation loss (nats/token) -> bits per UTF-8 byte
@@ -126,6 +129,15 @@ class MiniGPTTrainer(AtomicCheckpointTrainer):
             for param_name, _ in module.named_parameters(recurse=False)
         }
         return [name for name in names if name not in embedding_params]
+
+    def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
+        """warmup_stable_decay as `WarmupStableDecay`, whose end a time budget can move (Trainer's
+        own takes a fixed decay length); every other schedule is Trainer's."""
+        if self.schedule is None:
+            return super().create_scheduler(num_training_steps, optimizer)
+        if self.lr_scheduler is None:
+            self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer or self.optimizer, self.schedule)
+        return self.lr_scheduler
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """Add tokens/s, MFU and tokens seen to training records; perplexity and bits/byte to eval ones."""
@@ -329,6 +341,16 @@ def build_trainer(
     ]
     if args.device.type == "cpu" and torch.get_num_threads() > 1:  # one thread cannot stall this way
         own_callbacks.append(BusyCoresCallback())
+    schedule = None
+    if run.training.lr_scheduler_type == "warmup_stable_decay":
+        t = run.training
+        schedule = WarmupStableDecay(
+            t.warmup_steps, t.max_steps, t.decay_fraction, t.min_learning_rate / t.learning_rate
+        )
+        if t.max_time is not None:
+            own_callbacks.append(
+                TimeBudgetCallback(schedule, t.max_time, evaluation_cost_steps(run, eval_dataset))
+            )
     trainer = MiniGPTTrainer(
         model=model,
         args=args,
@@ -342,10 +364,19 @@ def build_trainer(
         decay_embeddings=run.training.decay_embeddings,
         throughput=meter,
         bits_per_byte=bits_per_byte,
+        schedule=schedule,
     )
     trainer.remove_callback(ProgressCallback)
     trainer.add_callback(LogLineProgressCallback())
     return trainer
+
+
+def evaluation_cost_steps(run: RunConfig, eval_dataset: Any) -> float:
+    """One evaluation in training-step equivalents: its forward passes over the validation blocks
+    against a step's forward and backward (about 3 forwards) over a training batch."""
+    hardware = run.hardware
+    train_blocks = hardware.per_device_train_batch_size * hardware.gradient_accumulation_steps
+    return len(eval_dataset) / (3.0 * train_blocks) if eval_dataset is not None else 0.0
 
 
 def run_training(
@@ -378,7 +409,9 @@ def run_training(
     elif main or not run.training.overwrite_output_dir:  # every process refuses; only the main one removes
         removed = claim_output_dir(output_dir, overwrite=run.training.overwrite_output_dir)
         if removed:
-            print(f"training.overwrite_output_dir: removed the previous run's {', '.join(removed)}", flush=True)
+            print(
+                f"training.overwrite_output_dir: removed the previous run's {', '.join(removed)}", flush=True
+            )
     if main:
         output_dir.mkdir(parents=True, exist_ok=True)
         with atomic_write_file(output_dir / RESOLVED_CONFIG_NAME) as handle:

@@ -1,0 +1,127 @@
+"""Warmup-stable-decay, and a run that fits a wall-clock budget by planning its step count.
+
+`training.lr_scheduler_type: warmup_stable_decay` is `WarmupStableDecay`: linear warmup, the peak
+learning rate held, then a cosine decay to `min_learning_rate` over the last `decay_fraction` of the
+run (Hägele et al. 2024, "Scaling Laws and Compute-Optimal Training Beyond Fixed Training Durations").
+Because the decay is placed from the end, the length of the run can be decided late: with
+`training.max_time`, `TimeBudgetCallback` times the first steps, plans how many fit in the budget
+(never more than `max_steps`) and moves the end of the schedule there. The same recipe then fits a
+fast machine (all of max_steps) and a slow one (fewer steps, still fully decayed).
+
+The plan lives in the schedule object, which `LambdaLR` saves with its state in each checkpoint's
+scheduler.pt, so a resumed run keeps the planned length and its learning rates exactly.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from transformers import TrainerCallback
+
+# Steps timed before planning; the first ones (thread start-up, allocator warm-up) are left out.
+SKIPPED_STEPS = 5
+TIMED_STEPS = 20
+# Planned steps leave this share of the remaining budget free for evaluation, saving and the
+# noise of a shared machine: a run that plans too long overshoots its budget.
+SAFETY_MARGIN = 0.05
+clock = time.monotonic  # what the budget is measured with (a module attribute, so tests can set it)
+
+
+class WarmupStableDecay:
+    """Learning-rate multiplier at each step: warmup, stable, cosine decay over the last part.
+
+    A callable object (not a function), so `LambdaLR.state_dict()` saves its attributes: the
+    planned length `total_steps` is restored with the scheduler on resume.
+    """
+
+    def __init__(self, warmup_steps: int, total_steps: int, decay_fraction: float, min_ratio: float) -> None:
+        self.warmup_steps = warmup_steps
+        self.total_steps = total_steps
+        self.decay_fraction = decay_fraction
+        self.min_ratio = min_ratio
+        self.planned = False  # True once a time budget fixed total_steps
+
+    @property
+    def decay_start(self) -> int:
+        return max(self.warmup_steps, self.total_steps - round(self.decay_fraction * self.total_steps))
+
+    def __call__(self, step: int) -> float:
+        if step < self.warmup_steps:
+            return step / max(1, self.warmup_steps)
+        if step < self.decay_start:
+            return 1.0
+        progress = min(1.0, (step - self.decay_start) / max(1, self.total_steps - self.decay_start))
+        return self.min_ratio + (1.0 - self.min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def plan_steps(
+    max_time: float,
+    elapsed: float,
+    step_seconds: float,
+    current_step: int,
+    max_steps: int,
+    overhead_steps: float,
+) -> int:
+    """The run's length: what fits in `max_time` at `step_seconds` a step, within [current_step, max_steps].
+
+    `overhead_steps`: evaluation and saving still to come, in training-step equivalents.
+    """
+    remaining = (max_time - elapsed) * (1.0 - SAFETY_MARGIN)
+    fitting = int(remaining / step_seconds - overhead_steps)
+    return max(current_step + 1, min(max_steps, current_step + fitting))
+
+
+class TimeBudgetCallback(TrainerCallback):
+    """Plan the run's length from the measured step time and end it there (`training.max_time`).
+
+    The budget counts from the start of training (tokenizer and data preparation, which happen
+    before, are not in it); evaluation, sampling and checkpoints inside the loop are.
+    """
+
+    def __init__(self, schedule: WarmupStableDecay, max_time: float, eval_cost_steps: float) -> None:
+        self.schedule = schedule
+        self.max_time = max_time
+        self.eval_cost_steps = eval_cost_steps  # one evaluation, in training-step equivalents
+        self.started: float | None = None
+        self.first_step: int | None = None  # the step this process started at (0, or a resume's)
+        self.timing_from: tuple[int, float] | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs) -> None:
+        self.started = clock()
+        if self.schedule.planned:  # resumed after the plan: the checkpoint's scheduler holds it
+            state.max_steps = self.schedule.total_steps
+
+    def on_step_end(self, args, state, control, **kwargs) -> None:
+        step = state.global_step
+        if not self.schedule.planned:
+            if self.first_step is None:
+                self.first_step = step - 1
+            if step == self.first_step + SKIPPED_STEPS:
+                self.timing_from = (step, clock())
+            elif self.timing_from is not None and step == self.timing_from[0] + TIMED_STEPS:
+                self._plan(state, step)
+        if self.schedule.planned and step >= self.schedule.total_steps:
+            control.should_training_stop = True
+            control.should_evaluate = True
+            control.should_save = True
+
+    def _plan(self, state, step: int) -> None:
+        start_step, start_time = self.timing_from
+        now = clock()
+        step_seconds = (now - start_time) / (step - start_step)
+        evaluations_left = max(1, (state.max_steps - step) // max(1, state.eval_steps or state.max_steps) + 1)
+        planned = plan_steps(
+            self.max_time,
+            now - self.started,
+            step_seconds,
+            step,
+            state.max_steps,
+            overhead_steps=evaluations_left * self.eval_cost_steps,
+        )
+        self.schedule.total_steps = planned
+        self.schedule.planned = True
+        state.max_steps = planned
+
+
+__all__ = ["TimeBudgetCallback", "WarmupStableDecay", "plan_steps"]
