@@ -1,4 +1,4 @@
-"""The benchmark runs end to end at a tiny shape and reports every row with consistent ratios."""
+"""The benchmark runs end to end at a tiny shape and reports the machine and every row with its spread."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from conftest import PYTHON, REPO_ROOT
 TINY = "--layers 1 --heads 2 --hidden 32 --vocab 300 --context 16 --batch 2".split()
 
 
-def test_benchmark_reports_every_row_with_medians_and_ratios(tmp_path):
+def test_benchmark_reports_every_row_with_its_spread_ratios_and_the_machine(tmp_path):
     out = tmp_path / "bench.json"
-    args = [*TINY, "--threads", "1", "--short-steps", "2", "--long-steps", "4", "--repeats", "1"]
-    args += ["--contenders", "training_path", "gpt2_trainer", "--new-tokens", "8", "--gen-repeats", "1"]
-    args += ["--workdir", str(tmp_path / "work"), "--json", str(out), "--markdown"]
+    args = [*TINY, "--threads", "1", "--short-steps", "2", "--long-steps", "4", "--repeats", "2"]
+    args += ["--contenders", "training_path", "gpt2_trainer", "--new-tokens", "8", "--gen-repeats", "2"]
+    args += ["--data-repeats", "1", "--workdir", str(tmp_path / "work"), "--json", str(out), "--markdown"]
     result = subprocess.run(
         [PYTHON, str(REPO_ROOT / "scripts" / "benchmark.py"), *args],
         capture_output=True,
@@ -27,21 +27,43 @@ def test_benchmark_reports_every_row_with_medians_and_ratios(tmp_path):
     training = results["training"]
     assert set(training["rows"]) == {"training_path", "gpt2_trainer"}
     path, gpt2 = training["rows"]["training_path"], training["rows"]["gpt2_trainer"]
-    assert path["tokens_per_s"] * path["ms_per_step"] / 1e3 == _approx(2 * 16)  # batch x context tokens
-    assert training["ratios"]["speedup_over_gpt2_trainer"] == _approx(
-        gpt2["ms_per_step"] / path["ms_per_step"]
-    )
+    for row in (path, gpt2):
+        for key in ("ms_per_step", "cpu_ms_per_step", "tokens_per_s"):
+            _check_spread(row[key], repeats=2)
+        for ms, tokens_per_s in zip(row["ms_per_step"]["values"], row["tokens_per_s"]["values"], strict=True):
+            assert tokens_per_s * ms / 1e3 == _approx(2 * 16)  # batch x context tokens, repeat by repeat
+    speedup = training["ratios"]["speedup_over_gpt2_trainer"]  # GPT-2's time / the path's, per repeat
+    _check_spread(speedup, repeats=2)
+    per_repeat = zip(gpt2["ms_per_step"]["values"], path["ms_per_step"]["values"], strict=True)
+    assert speedup["values"] == [_approx(g / p) for g, p in per_repeat]
     for batch in ("batch_1", "batch_8"):
         rows = results["generation"][batch]
         assert {"gpt2", "minigpt", "minigpt_static"} <= set(rows)
-        assert rows["minigpt"]["speedup_over_gpt2"] == _approx(
-            rows["minigpt"]["tokens_per_s"] / rows["gpt2"]["tokens_per_s"]
-        )
+        for row in rows.values():
+            _check_spread(row["tokens_per_s"], repeats=2)
+            _check_spread(row["speedup_over_gpt2"], repeats=2)
+        ratios = zip(rows["minigpt"]["tokens_per_s"]["values"], rows["gpt2"]["tokens_per_s"]["values"], strict=True)
+        assert rows["minigpt"]["speedup_over_gpt2"]["values"] == [_approx(m / g) for m, g in ratios]
     data = results["data"]
     assert 0 <= data["tokens"] - data["raw_tokens"] <= 2  # the same lines, plus an EOS ending each split
-    assert 0 < data["cached_s"] < data["prepare_s"]
-    assert results["machine"]["threads"] == 1 and "load_before" in results
-    assert "| training path speedup over gpt2_trainer |" in result.stdout
+    for key in ("tokenizer_s", "prepare_s", "cached_s", "raw_s", "prepare_over_raw_throughput"):
+        _check_spread(data[key], repeats=1)
+    assert 0 < data["cached_s"]["median"] < data["prepare_s"]["median"]
+
+    machine = results["machine"]
+    from minigpt.benchmarks.machine import SPEED_FLAGS
+    from minigpt.training.trainer import cpu_has_fast_bf16
+
+    assert machine["cpu"] and machine["cores"] >= 1 and machine["threads"] == 1
+    assert set(machine["cpu_flags"]) == set(SPEED_FLAGS)  # Linux: read from /proc/cpuinfo
+    assert all(isinstance(on, bool) for on in machine["cpu_flags"].values())
+    assert machine["bf16_auto"] == ("bf16" if cpu_has_fast_bf16() else "fp32")
+    assert machine["torch"] == torch.__version__ and machine["transformers"]
+    assert results["load_before"] >= 0 and results["load_after"] >= 0
+    assert f"| machine: CPU | {machine['cpu']} |" in result.stdout
+    assert "| machine: precision of bf16 auto (CPU profile) |" in result.stdout
+    median, low, high = (f"{speedup[k]:.2f}" for k in ("median", "min", "max"))
+    assert f"| training path speedup over gpt2_trainer |  | {median}x ({low}-{high}x) |" in result.stdout
     assert "--layers 1" in results["command"]
 
 
@@ -66,6 +88,39 @@ def test_plain_loop_trains_the_run_model_with_its_optimizer_and_schedule(tmp_pat
     assert with_steps(run, 10).training.warmup_steps == 5  # stays below max_steps
     torch.manual_seed(0)
     plain_loop(run)(3)  # three optimizer steps without error; the model is rebuilt per call
+
+
+def _check_spread(row: dict, repeats: int) -> None:
+    import statistics
+
+    values = row["values"]
+    assert len(values) == repeats
+    assert row["min"] == min(values) and row["max"] == max(values)
+    assert row["median"] == _approx(statistics.median(values))
+    assert row["min"] <= row["q1"] <= row["median"] <= row["q3"] <= row["max"]
+
+
+def test_spread_and_its_table_cell():
+    from minigpt.benchmarks.spread import format_spread, per_repeat_ratio, spread
+
+    row = spread([3.0, 1.0, 2.0, 5.0])
+    assert row == {"median": 2.5, "min": 1.0, "max": 5.0, "q1": 1.75, "q3": 3.5, "values": [3.0, 1.0, 2.0, 5.0]}
+    assert format_spread(row, ".1f") == "2.5 (1.0-5.0)"
+    assert format_spread(spread([2.0]), ".2f", "x") == "2.00x"  # one repeat: no range to show
+    ratio = per_repeat_ratio([2.0, 6.0, 3.0], [1.0, 2.0, 3.0])  # not median(2, 6, 3) / median(1, 2, 3)
+    assert ratio["values"] == [2.0, 3.0, 1.0] and ratio["median"] == 2.0
+    assert format_spread(ratio, ".2f", "x") == "2.00x (1.00-3.00x)"
+
+
+def test_machine_names_the_cpu_and_its_speed_flags(tmp_path):
+    from minigpt.benchmarks.machine import cpu_flags, cpu_model_name, describe_flags
+
+    assert cpu_model_name()
+    flags = cpu_flags()
+    assert flags is None or set(flags) == {"amx_bf16", "avx512_bf16", "avx512f", "avx2"}
+    assert describe_flags({"amx_bf16": False, "avx512_bf16": True, "avx2": True}) == "avx512_bf16 avx2, no amx_bf16"
+    assert describe_flags({"amx_bf16": False}) == "none of amx_bf16"
+    assert describe_flags(None).startswith("unknown")
 
 
 def _approx(value: float):
