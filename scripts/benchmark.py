@@ -2,6 +2,7 @@
 
     python scripts/benchmark.py                         # training and generation rows, data rows
     python scripts/benchmark.py --default-run           # also the default run from nothing (~2.5 min)
+    python scripts/benchmark.py --quality               # and GPT-2 trained as long: bits/byte (~5 min)
     python scripts/benchmark.py --compile --json out.json --markdown
 
 Every timed row reads "median (min-max)" over its repeats (in the JSON: every value, median, min,
@@ -14,6 +15,10 @@ versions, load average before and after):
   generation  KV-cached sampling, 256 new tokens, top-k 50, batch 1 and 8, MiniGPT against GPT-2
   data        tokenizer training, corpus preparation (cold and cached) and raw `tokenizers`
   default run (--default-run) the run config from nothing: wall time and validation bits/byte
+  quality     (--quality, implies --default-run) GPT-2 of the same size under a stock Trainer (AdamW,
+              lr 2e-3 cosine, warmup 100, the run's batch and blocks, dropout and precision rule)
+              for as long as the default run's Trainer.train() took; bits/byte of both on the
+              same validation blocks
 The shape is the reference one: 4 layers, 4 heads, hidden 128, context 64, batch 12, vocab 2048,
 fp32; the rest of the architecture (positions, bias, activation) comes from --config.
 """
@@ -68,6 +73,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS), help="rows to measure")
     parser.add_argument("--default-run", action="store_true", help="also train --config from nothing (slow)")
     parser.add_argument("--default-run-overrides", nargs="*", default=[], help="overrides for that run")
+    parser.add_argument(
+        "--quality",
+        action="store_true",
+        help="also GPT-2 under a stock Trainer for the default run's training time: bits/byte of both "
+        "(implies --default-run; ~5 min)",
+    )
+    parser.add_argument(
+        "--quality-seconds", type=float, help="GPT-2's budget instead of the default run's training time"
+    )
     parser.add_argument("--workdir", type=Path, help="work folder (default: a temporary one, removed)")
     parser.add_argument("--json", type=Path, help="also write the results to this file")
     parser.add_argument("--markdown", action="store_true", help="also print the results as a README table")
@@ -76,6 +90,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    args.default_run = args.default_run or args.quality
     from minigpt.training.run_config import load_run_config  # cheap: the config is checked first
 
     load_run_config(args.config, args.set)
@@ -98,6 +113,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict:
     from minigpt.benchmarks.default_run import time_default_run
     from minigpt.benchmarks.generation_speed import GenerationBenchmark, compare_generation
     from minigpt.benchmarks.machine import describe_machine, load_average
+    from minigpt.benchmarks.quality import compare_quality
     from minigpt.benchmarks.training_speed import CONTENDERS, TrainingBenchmark, compare_training
     from minigpt.training.run_config import load_run_config
     from minigpt.training.trainer import apply_cpu_settings
@@ -150,6 +166,15 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict:
     if args.default_run:
         results["default_run"] = time_default_run(
             args.config, workdir / "default-run", args.default_run_overrides
+        )
+        note(f"default run: {results['default_run']['eval_bpb']:.3f} bits/byte")
+    if args.quality:
+        results["quality"] = compare_quality(
+            args.config,
+            results["default_run"],
+            workdir / "quality",
+            args.default_run_overrides,
+            seconds=args.quality_seconds,
         )
     results["load_after"] = load_average()
     return results
@@ -228,7 +253,24 @@ def table_rows(results: dict) -> list[list[str]]:
     if run:
         rows.append(["default run: wall s (imports included)", f"{run['wall_s']:.0f}", ""])
         rows.append(["default run: validation bits/byte", f"{run['eval_bpb']:.3f}", ""])
+    rows += quality_rows(results.get("quality"))
     return rows
+
+
+def quality_rows(quality: dict | None) -> list[list[str]]:
+    """The quality rows: the budget, each contender's bits/byte and steps, and the gap."""
+    if not quality:
+        return []
+    default, gpt2 = quality["default_run"], quality["gpt2_trainer"]
+    recipe = gpt2["recipe"]
+    how = f"lr {recipe['learning_rate']:g} {recipe['lr_scheduler_type']}, {gpt2['precision']}"
+    return [
+        ["quality: budget (default run's Trainer.train()), s", f"{quality['budget_s']:.0f}", ""],
+        ["quality: default run, validation bits/byte", f"{default['eval_bpb']:.3f}", ""],
+        [f"quality: GPT-2 + stock Trainer ({how}), bits/byte", f"{gpt2['eval_bpb']:.3f}", ""],
+        ["quality: steps in the budget, default run / GPT-2", f"{default['steps']} / {gpt2['steps']}", ""],
+        ["quality: GPT-2 bits/byte - default run's", "", f"{quality['gpt2_minus_default_bpb']:+.3f}"],
+    ]
 
 
 def markdown_table(results: dict) -> str:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
+import time
 
+import pytest
 import torch
 from conftest import PYTHON, REPO_ROOT
 
@@ -67,14 +70,15 @@ def test_benchmark_reports_every_row_with_its_spread_ratios_and_the_machine(tmp_
     assert "--layers 1" in results["command"]
 
 
-def test_plain_loop_trains_the_run_model_with_its_optimizer_and_schedule(tmp_path):
-    from minigpt.benchmarks.contenders import plain_loop, with_steps
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """The benchmark's run config at the tiny shape, its tokenizer and blocks prepared."""
     from minigpt.benchmarks.training_speed import TrainingBenchmark, prepare_inputs
     from minigpt.training.run_config import load_run_config
 
     bench = TrainingBenchmark(
         config=REPO_ROOT / "configs" / "shakespeare.yaml",
-        workdir=tmp_path,
+        workdir=tmp_path_factory.mktemp("tiny-run"),
         layers=1,
         heads=2,
         hidden=32,
@@ -84,10 +88,66 @@ def test_plain_loop_trains_the_run_model_with_its_optimizer_and_schedule(tmp_pat
         threads=1,
     )
     prepare_inputs(bench)
-    run = load_run_config(bench.config, bench.overrides())
-    assert with_steps(run, 10).training.warmup_steps == 5  # stays below max_steps
+    return load_run_config(bench.config, bench.overrides())
+
+
+def test_plain_loop_trains_the_run_model_with_its_optimizer_and_schedule(tiny_run):
+    from minigpt.benchmarks.contenders import plain_loop, with_steps
+
+    assert with_steps(tiny_run, 10).training.warmup_steps == 5  # stays below max_steps
     torch.manual_seed(0)
-    plain_loop(run)(3)  # three optimizer steps without error; the model is rebuilt per call
+    plain_loop(tiny_run)(3)  # three optimizer steps without error; the model is rebuilt per call
+
+
+def test_time_limit_stops_training_at_the_first_step_past_its_budget():
+    from transformers import TrainerControl
+
+    from minigpt.benchmarks.quality import TimeLimitCallback, seconds_per_step
+
+    limit, control = TimeLimitCallback(0.05), TrainerControl()
+    limit.on_train_begin(None, None, control)
+    limit.on_step_end(None, None, control)
+    assert not control.should_training_stop and not limit.stopped_by_time
+    time.sleep(0.06)
+    limit.on_step_end(None, None, control)
+    assert control.should_training_stop and limit.stopped_by_time and limit.elapsed >= 0.05
+    assert seconds_per_step([5.0, 5.1, 5.3, 5.5, 5.7, 5.9]) == pytest.approx(0.2)  # warm-up third left out
+
+
+def test_gpt2_at_budget_trains_for_its_seconds_and_scores_bits_per_byte_as_the_project(tiny_run):
+    from minigpt.benchmarks.contenders import load_blocks
+    from minigpt.benchmarks.quality import GPT2Recipe, gpt2_at_budget
+
+    result = gpt2_at_budget(tiny_run, seconds=1.0, recipe=GPT2Recipe(calibration_steps=6))
+    assert 0 < result["steps"] <= result["planned_steps"]
+    if result["stopped_by_time"]:  # stopped at the first step end past the budget
+        assert 1.0 <= result["train_s"] < 1.0 + 10 * result["calibration_s_per_step"] + 1.0
+    else:  # the planned cosine schedule ended first
+        assert result["steps"] == result["planned_steps"]
+    assert result["precision"] == "fp32" and result["batch"] == 2 and result["block_size"] == 16
+    stats = load_blocks(tiny_run)[1].validation_stats  # loss x tokens / bytes / ln 2, as training reports
+    assert result["eval_bpb"] == _approx(result["eval_loss"] * stats.tokens / stats.bytes / math.log(2))
+
+
+def test_quality_rows_show_the_budget_both_scores_and_the_gap():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("benchmark_script", REPO_ROOT / "scripts" / "benchmark.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    recipe = {"learning_rate": 2e-3, "lr_scheduler_type": "cosine"}
+    quality = {
+        "budget_s": 128.4,
+        "default_run": {"eval_bpb": 2.177, "train_runtime_s": 128.4, "steps": 2000},
+        "gpt2_trainer": {"eval_bpb": 2.3501, "steps": 1700, "precision": "bf16", "recipe": recipe},
+        "gpt2_minus_default_bpb": 0.1731,
+    }
+    rows = {row[0]: row[1:] for row in script.quality_rows(quality)}
+    assert rows["quality: budget (default run's Trainer.train()), s"] == ["128", ""]
+    assert rows["quality: GPT-2 + stock Trainer (lr 0.002 cosine, bf16), bits/byte"] == ["2.350", ""]
+    assert rows["quality: steps in the budget, default run / GPT-2"] == ["2000 / 1700", ""]
+    assert rows["quality: GPT-2 bits/byte - default run's"] == ["", "+0.173"]
+    assert script.quality_rows(None) == []
 
 
 def _check_spread(row: dict, repeats: int) -> None:
@@ -124,6 +184,4 @@ def test_machine_names_the_cpu_and_its_speed_flags(tmp_path):
 
 
 def _approx(value: float):
-    import pytest
-
     return pytest.approx(value, rel=1e-6)
