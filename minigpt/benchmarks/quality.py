@@ -150,7 +150,7 @@ def gpt2_at_budget(run: RunConfig, seconds: float, recipe: GPT2Recipe | None = N
         "attention": hardware.attn_implementation,
         "batch": hardware.per_device_train_batch_size,
         "block_size": corpus.block_size,
-        "recipe": dataclasses.asdict(recipe),
+        "recipe": {**dataclasses.asdict(recipe), "optim": str(trainer.args.optim.value)},  # the Trainer's default
     }
 
 
