@@ -32,8 +32,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from minigpt.benchmarks.machine import describe_flags
-from minigpt.benchmarks.spread import format_spread
+from minigpt.benchmarks.spread import format_spread  # no torch: --help and config errors stay fast
 from minigpt.errors import run_cli
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -176,6 +175,8 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict:
             args.default_run_overrides,
             seconds=args.quality_seconds,
         )
+        gpt2 = results["quality"]["gpt2_trainer"]
+        note(f"quality: GPT-2 + stock Trainer {gpt2['eval_bpb']:.3f} bits/byte in {gpt2['steps']} steps")
     results["load_after"] = load_average()
     return results
 
@@ -215,6 +216,8 @@ def print_results(results: dict) -> None:
 def table_rows(results: dict) -> list[list[str]]:
     """[what, value, ratio] rows shared by the terminal table and the markdown one; a timed value
     reads "median (min-max)" over its repeats."""
+    from minigpt.benchmarks.machine import describe_flags  # imports torch
+
     rows = [["", "value", "ratio"]]
     machine = results["machine"]
     rows.append(["machine: CPU", str(machine["cpu"]), ""])

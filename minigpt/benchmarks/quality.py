@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from transformers import TrainerCallback
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from ..training.settings import RunConfig
 
@@ -53,10 +53,14 @@ class TimeLimitCallback(TrainerCallback):
         self.step_ends: list[float] = []
         self.stopped_by_time = False
 
-    def on_train_begin(self, args, state, control, **kwargs):
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         self.started = time.perf_counter()
 
-    def on_step_end(self, args, state, control, **kwargs):
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> TrainerControl:
         assert self.started is not None, "on_step_end before on_train_begin"
         self.step_ends.append(time.perf_counter() - self.started)
         if self.step_ends[-1] >= self.seconds:
@@ -82,7 +86,7 @@ def gpt2_at_budget(run: RunConfig, seconds: float, recipe: GPT2Recipe | None = N
     """Train GPT-2 of the run's size on the run's blocks for `seconds` of `Trainer.train()`, then
     score it on the validation blocks; the run's CPU settings must already be applied."""
     import datasets
-    from transformers import AutoModelForCausalLM, Trainer, TrainingArguments, default_data_collator, set_seed
+    from transformers import AutoModelForCausalLM, Trainer, default_data_collator, set_seed
 
     from ..training.trainer import resolve_hardware
     from .contenders import block_array, load_blocks
