@@ -1,21 +1,25 @@
-"""The benchmark runs end to end at a tiny shape and reports every row with consistent ratios."""
+"""The benchmark runs end to end at a tiny shape and reports the machine and every row with its spread."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import subprocess
+import time
 
+import pytest
 import torch
 from conftest import PYTHON, REPO_ROOT
 
 TINY = "--layers 1 --heads 2 --hidden 32 --vocab 300 --context 16 --batch 2".split()
 
 
-def test_benchmark_reports_every_row_with_medians_and_ratios(tmp_path):
+def test_benchmark_reports_every_row_with_its_spread_ratios_and_the_machine(tmp_path):
     out = tmp_path / "bench.json"
-    args = [*TINY, "--threads", "1", "--short-steps", "2", "--long-steps", "4", "--repeats", "1"]
-    args += ["--contenders", "training_path", "gpt2_trainer", "--new-tokens", "8", "--gen-repeats", "1"]
-    args += ["--workdir", str(tmp_path / "work"), "--json", str(out), "--markdown"]
+    args = [*TINY, "--threads", "1", "--short-steps", "2", "--long-steps", "4", "--repeats", "2"]
+    args += ["--contenders", "training_path", "gpt2_trainer", "--new-tokens", "8", "--gen-repeats", "2"]
+    args += ["--data-repeats", "1", "--workdir", str(tmp_path / "work"), "--json", str(out), "--markdown"]
     result = subprocess.run(
         [PYTHON, str(REPO_ROOT / "scripts" / "benchmark.py"), *args],
         capture_output=True,
@@ -27,32 +31,55 @@ def test_benchmark_reports_every_row_with_medians_and_ratios(tmp_path):
     training = results["training"]
     assert set(training["rows"]) == {"training_path", "gpt2_trainer"}
     path, gpt2 = training["rows"]["training_path"], training["rows"]["gpt2_trainer"]
-    assert path["tokens_per_s"] * path["ms_per_step"] / 1e3 == _approx(2 * 16)  # batch x context tokens
-    assert training["ratios"]["speedup_over_gpt2_trainer"] == _approx(
-        gpt2["ms_per_step"] / path["ms_per_step"]
-    )
+    for row in (path, gpt2):
+        for key in ("ms_per_step", "cpu_ms_per_step", "tokens_per_s"):
+            _check_spread(row[key], repeats=2)
+        for ms, tokens_per_s in zip(row["ms_per_step"]["values"], row["tokens_per_s"]["values"], strict=True):
+            assert tokens_per_s * ms / 1e3 == _approx(2 * 16)  # batch x context tokens, repeat by repeat
+    speedup = training["ratios"]["speedup_over_gpt2_trainer"]  # GPT-2's time / the path's, per repeat
+    _check_spread(speedup, repeats=2)
+    per_repeat = zip(gpt2["ms_per_step"]["values"], path["ms_per_step"]["values"], strict=True)
+    assert speedup["values"] == [_approx(g / p) for g, p in per_repeat]
     for batch in ("batch_1", "batch_8"):
         rows = results["generation"][batch]
         assert {"gpt2", "minigpt", "minigpt_static"} <= set(rows)
-        assert rows["minigpt"]["speedup_over_gpt2"] == _approx(
-            rows["minigpt"]["tokens_per_s"] / rows["gpt2"]["tokens_per_s"]
-        )
+        for row in rows.values():
+            _check_spread(row["tokens_per_s"], repeats=2)
+            _check_spread(row["speedup_over_gpt2"], repeats=2)
+        ratios = zip(rows["minigpt"]["tokens_per_s"]["values"], rows["gpt2"]["tokens_per_s"]["values"], strict=True)
+        assert rows["minigpt"]["speedup_over_gpt2"]["values"] == [_approx(m / g) for m, g in ratios]
     data = results["data"]
     assert 0 <= data["tokens"] - data["raw_tokens"] <= 2  # the same lines, plus an EOS ending each split
-    assert 0 < data["cached_s"] < data["prepare_s"]
-    assert results["machine"]["threads"] == 1 and "load_before" in results
-    assert "| training path speedup over gpt2_trainer |" in result.stdout
+    for key in ("tokenizer_s", "prepare_s", "cached_s", "raw_s", "prepare_over_raw_throughput"):
+        _check_spread(data[key], repeats=1)
+    assert 0 < data["cached_s"]["median"] < data["prepare_s"]["median"]
+
+    machine = results["machine"]
+    from minigpt.benchmarks.machine import SPEED_FLAGS
+    from minigpt.training.trainer import cpu_has_fast_bf16
+
+    assert machine["cpu"] and machine["cores"] >= 1 and machine["threads"] == 1
+    assert set(machine["cpu_flags"]) == set(SPEED_FLAGS)  # Linux: read from /proc/cpuinfo
+    assert all(isinstance(on, bool) for on in machine["cpu_flags"].values())
+    assert machine["bf16_auto"] == ("bf16" if cpu_has_fast_bf16() else "fp32")
+    assert machine["torch"] == torch.__version__ and machine["transformers"]
+    assert results["load_before"] >= 0 and results["load_after"] >= 0
+    assert f"| machine: CPU | {machine['cpu']} |" in result.stdout
+    assert "| machine: precision of bf16 auto (CPU profile) |" in result.stdout
+    median, low, high = (f"{speedup[k]:.2f}" for k in ("median", "min", "max"))
+    assert f"| training path speedup over gpt2_trainer |  | {median}x ({low}-{high}x) |" in result.stdout
     assert "--layers 1" in results["command"]
 
 
-def test_plain_loop_trains_the_run_model_with_its_optimizer_and_schedule(tmp_path):
-    from minigpt.benchmarks.contenders import plain_loop, with_steps
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """The benchmark's run config at the tiny shape, its tokenizer and blocks prepared."""
     from minigpt.benchmarks.training_speed import TrainingBenchmark, prepare_inputs
     from minigpt.training.run_config import load_run_config
 
     bench = TrainingBenchmark(
         config=REPO_ROOT / "configs" / "shakespeare.yaml",
-        workdir=tmp_path,
+        workdir=tmp_path_factory.mktemp("tiny-run"),
         layers=1,
         heads=2,
         hidden=32,
@@ -62,13 +89,104 @@ def test_plain_loop_trains_the_run_model_with_its_optimizer_and_schedule(tmp_pat
         threads=1,
     )
     prepare_inputs(bench)
-    run = load_run_config(bench.config, bench.overrides())
-    assert with_steps(run, 10).training.warmup_steps == 5  # stays below max_steps
+    return load_run_config(bench.config, bench.overrides())
+
+
+def test_plain_loop_trains_the_run_model_with_its_optimizer_and_schedule(tiny_run):
+    from minigpt.benchmarks.contenders import plain_loop, with_steps
+
+    assert with_steps(tiny_run, 10).training.warmup_steps == 5  # stays below max_steps
     torch.manual_seed(0)
-    plain_loop(run)(3)  # three optimizer steps without error; the model is rebuilt per call
+    plain_loop(tiny_run)(3)  # three optimizer steps without error; the model is rebuilt per call
+
+
+def test_time_limit_stops_training_at_the_first_step_past_its_budget():
+    from transformers import TrainerControl
+
+    from minigpt.benchmarks.quality import TimeLimitCallback, seconds_per_step
+
+    limit, control = TimeLimitCallback(0.05), TrainerControl()
+    limit.on_train_begin(None, None, control)
+    limit.on_step_end(None, None, control)
+    assert not control.should_training_stop and not limit.stopped_by_time
+    time.sleep(0.06)
+    limit.on_step_end(None, None, control)
+    assert control.should_training_stop and limit.stopped_by_time and limit.elapsed >= 0.05
+    assert seconds_per_step([5.0, 5.1, 5.3, 5.5, 5.7, 5.9]) == pytest.approx(0.2)  # warm-up third left out
+
+
+def test_gpt2_at_budget_trains_for_its_seconds_and_scores_bits_per_byte_as_the_project(tiny_run):
+    from minigpt.benchmarks.contenders import load_blocks
+    from minigpt.benchmarks.quality import GPT2Recipe, gpt2_at_budget
+
+    hardware = dataclasses.replace(tiny_run.hardware, per_device_eval_batch_size=256)  # a faster evaluation
+    result = gpt2_at_budget(
+        dataclasses.replace(tiny_run, hardware=hardware), seconds=1.0, recipe=GPT2Recipe(calibration_steps=6)
+    )
+    assert 0 < result["steps"] <= result["planned_steps"]
+    if result["stopped_by_time"]:  # stopped at the first step end past the budget
+        assert 1.0 <= result["train_s"] < 1.0 + 10 * result["calibration_s_per_step"] + 1.0
+    else:  # the planned cosine schedule ended first
+        assert result["steps"] == result["planned_steps"]
+    assert result["precision"] == "fp32" and result["batch"] == 2 and result["block_size"] == 16
+    assert result["recipe"]["optim"].startswith("adamw")
+    stats = load_blocks(tiny_run)[1].validation_stats  # loss x tokens / bytes / ln 2, as training reports
+    assert result["eval_bpb"] == _approx(result["eval_loss"] * stats.tokens / stats.bytes / math.log(2))
+
+
+def test_quality_rows_show_the_budget_both_scores_and_the_gap():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("benchmark_script", REPO_ROOT / "scripts" / "benchmark.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    recipe = {"learning_rate": 2e-3, "lr_scheduler_type": "cosine"}
+    quality = {
+        "budget_s": 128.4,
+        "default_run": {"eval_bpb": 2.177, "train_runtime_s": 128.4, "steps": 2000},
+        "gpt2_trainer": {"eval_bpb": 2.3501, "steps": 1700, "precision": "bf16", "recipe": recipe},
+        "gpt2_minus_default_bpb": 0.1731,
+    }
+    rows = {row[0]: row[1:] for row in script.quality_rows(quality)}
+    assert rows["quality: budget (default run's Trainer.train()), s"] == ["128", ""]
+    assert rows["quality: GPT-2 + stock Trainer (lr 0.002 cosine, bf16), bits/byte"] == ["2.350", ""]
+    assert rows["quality: steps in the budget, default run / GPT-2"] == ["2000 / 1700", ""]
+    assert rows["quality: GPT-2 bits/byte - default run's"] == ["", "+0.173"]
+    assert script.quality_rows(None) == []
+
+
+def _check_spread(row: dict, repeats: int) -> None:
+    import statistics
+
+    values = row["values"]
+    assert len(values) == repeats
+    assert row["min"] == min(values) and row["max"] == max(values)
+    assert row["median"] == _approx(statistics.median(values))
+    assert row["min"] <= row["q1"] <= row["median"] <= row["q3"] <= row["max"]
+
+
+def test_spread_and_its_table_cell():
+    from minigpt.benchmarks.spread import format_spread, per_repeat_ratio, spread
+
+    row = spread([3.0, 1.0, 2.0, 5.0])
+    assert row == {"median": 2.5, "min": 1.0, "max": 5.0, "q1": 1.75, "q3": 3.5, "values": [3.0, 1.0, 2.0, 5.0]}
+    assert format_spread(row, ".1f") == "2.5 (1.0-5.0)"
+    assert format_spread(spread([2.0]), ".2f", "x") == "2.00x"  # one repeat: no range to show
+    ratio = per_repeat_ratio([2.0, 6.0, 3.0], [1.0, 2.0, 3.0])  # not median(2, 6, 3) / median(1, 2, 3)
+    assert ratio["values"] == [2.0, 3.0, 1.0] and ratio["median"] == 2.0
+    assert format_spread(ratio, ".2f", "x") == "2.00x (1.00-3.00x)"
+
+
+def test_machine_names_the_cpu_and_its_speed_flags(tmp_path):
+    from minigpt.benchmarks.machine import cpu_flags, cpu_model_name, describe_flags
+
+    assert cpu_model_name()
+    flags = cpu_flags()
+    assert flags is None or set(flags) == {"amx_bf16", "avx512_bf16", "avx512f", "avx2"}
+    assert describe_flags({"amx_bf16": False, "avx512_bf16": True, "avx2": True}) == "avx512_bf16 avx2, no amx_bf16"
+    assert describe_flags({"amx_bf16": False}) == "none of amx_bf16"
+    assert describe_flags(None).startswith("unknown")
 
 
 def _approx(value: float):
-    import pytest
-
     return pytest.approx(value, rel=1e-6)

@@ -1,6 +1,7 @@
 """Data preparation against raw `tokenizers`: what the pipeline costs over tokenizing alone.
 
-On the run's corpus and tokenizer settings, in this process and after imports:
+On the run's corpus and tokenizer settings, in this process and after imports, each repeat in an
+empty folder (every value, median, min, max and quartiles reported):
   tokenizer_s   training the byte-level BPE (`load_or_train_tokenizer` into an empty folder)
   prepare_s     `prepare_corpus` with an empty cache: load, split, tokenize, pack, write Arrow
   cached_s      `prepare_corpus` again: reuses the blocks
@@ -20,6 +21,7 @@ from ..data.corpus import prepare_corpus
 from ..data.sources import source_files
 from ..data.tokenizer import load_or_train_tokenizer
 from ..training.settings import RunConfig
+from .spread import per_repeat_ratio, spread
 
 RAW_BATCH_LINES = 1000  # lines per encode call: the pipeline's Dataset.map batch
 
@@ -35,8 +37,8 @@ def raw_tokenize_seconds(tokenizer, paths: list[Path]) -> tuple[float, int]:
     return time.perf_counter() - start, tokens
 
 
-def compare_data(run: RunConfig, workdir: Path) -> dict[str, Any]:
-    """Seconds of tokenizer training, cold and cached preparation, and raw tokenizing; ratios."""
+def time_data_once(run: RunConfig, workdir: Path) -> dict[str, float]:
+    """One repeat in an emptied `workdir`: seconds of each step, and the tokens each one produced."""
     workdir = Path(workdir)
     shutil.rmtree(workdir, ignore_errors=True)
     tokenizer_settings = dataclasses.replace(
@@ -54,18 +56,31 @@ def compare_data(run: RunConfig, workdir: Path) -> dict[str, Any]:
     cached_s = time.perf_counter() - start
     train_paths, validation_paths = source_files(data)
     raw_s, raw_tokens = raw_tokenize_seconds(tokenizer, [*train_paths, *validation_paths])
-    tokens = corpus.train_stats.tokens + corpus.validation_stats.tokens
     return {
         "tokenizer_s": tokenizer_s,
         "prepare_s": prepare_s,
         "cached_s": cached_s,
         "raw_s": raw_s,
-        "tokens": tokens,
+        "tokens": corpus.train_stats.tokens + corpus.validation_stats.tokens,
         "raw_tokens": raw_tokens,
-        "prepare_tokens_per_s": tokens / prepare_s,
-        "raw_tokens_per_s": raw_tokens / raw_s,
-        "prepare_over_raw_throughput": (tokens / prepare_s) / (raw_tokens / raw_s),
     }
 
 
-__all__ = ["compare_data", "raw_tokenize_seconds"]
+def compare_data(run: RunConfig, workdir: Path, repeats: int = 3) -> dict[str, Any]:
+    """Seconds of tokenizer training, cold and cached preparation, and raw tokenizing, and the
+    throughput ratio (taken repeat by repeat), each as a `spread` over `repeats` cold repeats."""
+    samples = [time_data_once(run, Path(workdir) / f"repeat-{i}") for i in range(repeats)]
+    tokens, raw_tokens = samples[0]["tokens"], samples[0]["raw_tokens"]  # the same text every repeat
+    prepare_rate = [tokens / s["prepare_s"] for s in samples]
+    raw_rate = [raw_tokens / s["raw_s"] for s in samples]
+    return {
+        **{key: spread(s[key] for s in samples) for key in ("tokenizer_s", "prepare_s", "cached_s", "raw_s")},
+        "tokens": tokens,
+        "raw_tokens": raw_tokens,
+        "prepare_tokens_per_s": spread(prepare_rate),
+        "raw_tokens_per_s": spread(raw_rate),
+        "prepare_over_raw_throughput": per_repeat_ratio(prepare_rate, raw_rate),
+    }
+
+
+__all__ = ["compare_data", "raw_tokenize_seconds", "time_data_once"]

@@ -3,7 +3,8 @@
 Runs `scripts/train.py CONFIG` in a child process with a fresh output folder, tokenizer folder
 and data cache under the work folder, so tokenizer training and data preparation are included,
 as a new user's first run. Reports the child's wall time (imports included), the run's own
-runtime, its final validation bits/byte and the load average before and after.
+runtime (`run_training`), its `Trainer.train()` time (`train_runtime`, the budget of the quality
+row), its final validation bits/byte and the load average before and after.
 """
 
 from __future__ import annotations
@@ -45,10 +46,15 @@ def time_default_run(config: Path, workdir: Path, overrides: list[str] | None = 
         tail = (workdir / "train.log").read_text()[-3000:]
         raise RuntimeError(f"the default run failed (exit {result.returncode}):\n{tail}")
     summary = json.loads((output_dir / "summary.json").read_text())
+    records = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines() if line]
+    train_runtime = next((r["train_runtime"] for r in reversed(records) if "train_runtime" in r), None)
     return {
         "config": str(config),
         "wall_s": wall,
         "runtime_s": summary["runtime_seconds"],
+        "train_runtime_s": train_runtime,  # Trainer.train() alone: the quality row's budget
+        "tokenizer_path": str(workdir / "tokenizer"),
+        "data_cache_dir": str(workdir / "data"),
         "eval_bpb": summary.get("eval_bpb"),
         "global_step": summary["global_step"],
         "load_before": load_before,

@@ -5,12 +5,11 @@ top-k 50 and exactly `new_tokens` new tokens (no end-of-text stop), and run inte
 repeat so machine noise hits both alike. MiniGPT is timed the way `scripts/generate.py` runs it
 (eager, a `GrowingCache` sized for the sample) and, as extra rows, with `generate()`'s default
 `DynamicCache`, with a static cache, and with a static cache plus `torch.compile`d decoding, whose
-first call (the compilation) is reported separately.
+first call (the compilation) is reported separately. Each row keeps every repeat's value.
 """
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ import torch
 
 from ..generation import decoding_cache, decoding_options
 from .gpt2_twin import gpt2_twin_config
+from .spread import format_spread, per_repeat_ratio, spread
 
 
 @dataclass
@@ -96,7 +96,8 @@ def sampler(
 def compare_generation(
     bench: GenerationBenchmark, progress: Callable[[str], None] = lambda line: None
 ) -> dict[str, Any]:
-    """Tokens/s (medians) of every contender at every batch size, and the ratios to GPT-2."""
+    """Tokens/s of every contender at every batch size and its speedup over GPT-2 (taken repeat by
+    repeat), each as a `spread` over the repeats; the first call's seconds (warm-up, compilation)."""
     models = build_models(bench)
     variants = ["dynamic"] + ["static"] * bench.static_cache + ["compiled"] * bench.compiled
     results: dict[str, Any] = {}
@@ -123,15 +124,21 @@ def compare_generation(
                 run()
                 times[name].append(time.perf_counter() - start)
         tokens = batch * bench.new_tokens
-        rows = {name: {"tokens_per_s": tokens / statistics.median(t)} for name, t in times.items()}
-        for name, row in rows.items():
-            row["speedup_over_gpt2"] = row["tokens_per_s"] / rows["gpt2"]["tokens_per_s"]
-            row["first_call_s"] = first_call[name]
+        rows = {
+            name: {
+                "tokens_per_s": spread(tokens / s for s in t),
+                "speedup_over_gpt2": per_repeat_ratio(times["gpt2"], t),  # GPT-2's time / this one's
+                "first_call_s": first_call[name],
+            }
+            for name, t in times.items()
+        }
         results[f"batch_{batch}"] = rows
         progress(
             f"batch {batch}: "
             + ", ".join(
-                f"{n} {r['tokens_per_s']:.0f} tok/s ({r['speedup_over_gpt2']:.2f}x)" for n, r in rows.items()
+                f"{n} {format_spread(r['tokens_per_s'], '.0f')} tok/s "
+                f"({format_spread(r['speedup_over_gpt2'], '.2f', 'x')})"
+                for n, r in rows.items()
             )
         )
     return results

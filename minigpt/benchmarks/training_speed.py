@@ -6,6 +6,8 @@ interleaves the workers (one contender's short run, its long run, then the next 
 from other jobs hits all of them alike. Per-step time = (wall of a `long_steps` run - wall of a
 `short_steps` run) / (long_steps - short_steps): everything a run does once (building the model and
 the Trainer, the final evaluation and save) cancels out, what it does every step stays in.
+Every row keeps each repeat's value (`spread`: median, min, max, quartiles), and each ratio is
+taken repeat by repeat, between contenders that ran back to back under the same load.
 
 Contenders, all at the same shape (layers, heads, hidden, context, batch, vocabulary) and data:
   training_path       `run_training` with the run config (what `scripts/train.py` does)
@@ -17,13 +19,14 @@ Contenders, all at the same shape (layers, heads, hidden, context, batch, vocabu
 from __future__ import annotations
 
 import json
-import statistics
 import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
+
+from .spread import per_repeat_ratio, spread
 
 CONTENDERS = ("training_path", "plain_loop", "gpt2_trainer", "gpt2_trainer_flush")
 
@@ -43,7 +46,7 @@ class TrainingBenchmark:
     threads: int = 2  # torch threads in every worker
     short_steps: int = 100
     long_steps: int = 400
-    repeats: int = 3
+    repeats: int = 5  # interleaved repeats: enough for a median and a min-max that means something
     contenders: tuple[str, ...] = CONTENDERS
     extra_overrides: list[str] = field(default_factory=list)  # more run-config overrides, applied last
 
@@ -124,7 +127,8 @@ def prepare_inputs(bench: TrainingBenchmark) -> None:
 def compare_training(
     bench: TrainingBenchmark, progress: Callable[[str], None] = lambda line: None
 ) -> dict[str, Any]:
-    """Per-step wall and CPU time of every contender (medians over repeats) and their ratios."""
+    """Per-step wall and CPU time and tokens/s of every contender, and their ratios, each as a
+    `spread` over the repeats (every value, median, min, max, quartiles)."""
     bench.workdir.mkdir(parents=True, exist_ok=True)
     prepare_inputs(bench)  # tokenizer and blocks once, before the workers that read them
     workers: dict[str, Worker] = {}
@@ -147,22 +151,21 @@ def compare_training(
         for worker in workers.values():
             worker.close()
     tokens = bench.batch * bench.context
-    rows = {}
-    for name, samples in per_step.items():
-        wall = statistics.median(w for w, _ in samples)
-        rows[name] = {
-            "ms_per_step": 1e3 * wall,
-            "cpu_ms_per_step": 1e3 * statistics.median(c for _, c in samples),
-            "tokens_per_s": tokens / wall,
-            "ms_per_step_all": [round(1e3 * w, 2) for w, _ in samples],
+    walls = {name: [w for w, _ in samples] for name, samples in per_step.items()}  # s/step per repeat
+    rows = {
+        name: {
+            "ms_per_step": spread(1e3 * w for w in walls[name]),
+            "cpu_ms_per_step": spread(1e3 * c for _, c in samples),
+            "tokens_per_s": spread(tokens / w for w in walls[name]),
         }
-    ratios = {}
-    path = rows.get("training_path")
-    if path and "plain_loop" in rows:
-        ratios["training_path_over_plain_loop"] = path["ms_per_step"] / rows["plain_loop"]["ms_per_step"]
+        for name, samples in per_step.items()
+    }
+    ratios = {}  # repeat by repeat: the contenders of one repeat ran back to back, under the same load
+    if "training_path" in walls and "plain_loop" in walls:
+        ratios["training_path_over_plain_loop"] = per_repeat_ratio(walls["training_path"], walls["plain_loop"])
     for gpt2 in ("gpt2_trainer", "gpt2_trainer_flush"):
-        if path and gpt2 in rows:
-            ratios[f"speedup_over_{gpt2}"] = rows[gpt2]["ms_per_step"] / path["ms_per_step"]
+        if "training_path" in walls and gpt2 in walls:
+            ratios[f"speedup_over_{gpt2}"] = per_repeat_ratio(walls[gpt2], walls["training_path"])
     return {"rows": rows, "ratios": ratios}
 
 

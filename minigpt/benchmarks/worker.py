@@ -5,6 +5,10 @@ CPU settings first (threads, denormal flushing), builds the contender, warms it 
 {"ready": true}, then for each line {"steps": N} on stdin trains N steps and answers
 {"wall": s, "cpu": s} on stdout. Everything the training itself prints goes to stderr (the
 parent's log file), never into the answers.
+
+The quality contender (`quality.py`), SPEC {"contender": "gpt2_quality", "config", "overrides",
+"seconds"}, trains GPT-2 for that many seconds and answers one line: its steps and validation
+bits/byte.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ def main(argv: list[str]) -> int:
     from ..training.run_config import load_run_config
     from ..training.trainer import apply_cpu_settings
     from .contenders import build_contender
+    from .quality import gpt2_at_budget
 
     run = load_run_config(spec["config"], spec["overrides"])
     contender = spec["contender"]
@@ -32,6 +37,9 @@ def main(argv: list[str]) -> int:
     elif contender == "gpt2_trainer_flush":
         run = dataclasses.replace(run, hardware=dataclasses.replace(run.hardware, flush_denormal=True))
     apply_cpu_settings(run.hardware)
+    if contender == "gpt2_quality":  # one run at a wall-clock budget, then its evaluation
+        answers.write(json.dumps(gpt2_at_budget(run, spec["seconds"])) + "\n")
+        return 0
     train = build_contender(contender, run)
     train(spec["warmup_steps"])  # first-call costs (lazy imports, allocator) out of the timed runs
     answers.write(json.dumps({"ready": True}) + "\n")
