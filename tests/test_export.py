@@ -216,58 +216,25 @@ def stock_folder(tmp_path, config) -> str:
     return str(tmp_path)
 
 
+TINY_STOCK = dict(
+    vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4
+)
+
+
 @pytest.mark.parametrize(
-    "make_config, named",
+    "config_class, settings, named",
     [
-        (
-            lambda: __import__("transformers").LlamaConfig(
-                vocab_size=64,
-                hidden_size=32,
-                intermediate_size=64,
-                num_hidden_layers=1,
-                num_attention_heads=4,
-                num_key_value_heads=2,
-            ),
-            "num_key_value_heads=2",
-        ),
-        (
-            lambda: __import__("transformers").GPTNeoXConfig(
-                vocab_size=64,
-                hidden_size=32,
-                intermediate_size=64,
-                num_hidden_layers=1,
-                num_attention_heads=4,
-                use_parallel_residual=True,
-            ),
-            "use_parallel_residual=True",
-        ),
-        (
-            lambda: __import__("transformers").GPTNeoXConfig(
-                vocab_size=64,
-                hidden_size=32,
-                intermediate_size=64,
-                num_hidden_layers=1,
-                num_attention_heads=4,
-                use_parallel_residual=False,
-            ),
-            "partial_rotary_factor=0.25",
-        ),
-        (
-            lambda: __import__("transformers").MistralConfig(
-                vocab_size=64,
-                hidden_size=32,
-                intermediate_size=64,
-                num_hidden_layers=1,
-                num_attention_heads=4,
-                num_key_value_heads=4,
-            ),
-            "model_type='mistral'",
-        ),
+        ("LlamaConfig", dict(num_key_value_heads=2), "num_key_value_heads=2"),
+        ("GPTNeoXConfig", dict(use_parallel_residual=True), "use_parallel_residual=True"),
+        ("GPTNeoXConfig", dict(use_parallel_residual=False), "partial_rotary_factor=0.25"),  # its default
+        ("MistralConfig", dict(num_key_value_heads=4), "model_type='mistral'"),
     ],
     ids=["grouped_query", "parallel_residual", "partial_rotary", "unknown_family"],
 )
-def test_stock_settings_minigpt_cannot_express_are_one_line_errors(tmp_path, make_config, named):
-    folder = stock_folder(tmp_path, make_config())
+def test_stock_settings_minigpt_cannot_express_are_one_line_errors(tmp_path, config_class, settings, named):
+    import transformers
+
+    folder = stock_folder(tmp_path, getattr(transformers, config_class)(**TINY_STOCK, **settings))
     with pytest.raises(ExportError, match=named.replace("(", r"\(")) as err:
         import_stock_model(folder)
     assert "\n" not in str(err.value)
