@@ -19,10 +19,12 @@ STAGE_RANK = {
     "minigpt.atomic": 0,
     "minigpt.distributed": 0,
     "minigpt.progress": 0,
+    "minigpt.run_layout": 0,
     "minigpt.model": 1,
     "minigpt.data": 2,
-    "minigpt.training": 3,
-    "minigpt.hub": 4,
+    "minigpt.hub": 3,  # store, loading by id or folder, publishing: below training, which starts from models
+    "minigpt.export": 3,  # stock transformers architectures in and out: training starts from stock models
+    "minigpt.training": 4,
     "minigpt.generation": 5,
     "minigpt.evaluation": 5,
     "minigpt.metrics": 5,
@@ -63,7 +65,9 @@ def internal_imports(path: Path, modules: dict[str, Path]) -> set[str]:
         else:
             continue
         for target in targets:
-            while target and target not in modules:  # `import a.b.c` of a name inside a module
+            # `import a.b.c` of a name inside a module; a module of a known stage that this checkout
+            # lacks (an import guarded by `except ImportError`) keeps its own name.
+            while target and target not in modules and target not in STAGE_RANK:
                 target = target.rpartition(".")[0]
             if target.startswith("minigpt") and target != name:
                 found.add(target)

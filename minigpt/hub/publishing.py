@@ -21,7 +21,7 @@ import yaml
 from safetensors import safe_open
 
 from ..errors import MiniGPTUserError
-from ..training.checkpoints import RESOLVED_CONFIG_NAME
+from ..run_layout import RESOLVED_CONFIG_NAME
 from . import store
 from .loading import resolve_model
 from .model_card import CardFacts, count_parameters, read_eval_metrics, render_model_card
