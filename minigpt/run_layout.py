@@ -39,6 +39,17 @@ def list_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
     return sorted(found, key=checkpoint_step, reverse=True)
 
 
+def model_folder_name(model: str | os.PathLike) -> str:
+    """A model folder named without the path to it: a run (or its `final/`) by the run's name, a
+    checkpoint as `<run>/checkpoint-N`, any other folder by its own name."""
+    path = Path(os.path.abspath(model))
+    if path.name == FINAL_DIR:
+        return path.parent.name
+    if checkpoint_step(path) is not None:
+        return f"{path.parent.name}/{path.name}"
+    return path.name
+
+
 __all__ = [
     "CHECKPOINT_PREFIX",
     "FINAL_DIR",
@@ -52,4 +63,5 @@ __all__ = [
     "SUMMARY_FILE",
     "checkpoint_step",
     "list_checkpoints",
+    "model_folder_name",
 ]

@@ -63,17 +63,6 @@ def _run_dir_of(model_dir: Path) -> Path | None:
     return None
 
 
-def model_folder_name(model: str | os.PathLike) -> str:
-    """A model folder named without the path to it: a run (or its `final/`) by the run's name, a
-    checkpoint as `<run>/checkpoint-N`, any other folder by its own name."""
-    path = Path(os.path.abspath(model))
-    if path.name == FINAL_MODEL_DIRNAME:
-        return path.parent.name
-    if checkpoint_step(path) is not None:
-        return f"{path.parent.name}/{path.name}"
-    return path.name
-
-
 def _could_be_repo_id(model: str) -> bool:
     """ORG/NAME: one slash, no path syntax (`./x`, `/x`, `~/x`, `a/b/c`, a Windows separator)."""
     return (
@@ -155,6 +144,5 @@ __all__ = [
     "latest_checkpoint",
     "load_model",
     "load_tokenizer",
-    "model_folder_name",
     "resolve_model",
 ]

@@ -30,9 +30,9 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_N
 
 from ..data.tokenizer import load_tokenizer, tokenizer_fingerprint
 from ..errors import ConfigError, MiniGPTUserError
-from ..hub.loading import ModelLocation, model_folder_name, resolve_model
+from ..hub.loading import ModelLocation, resolve_model
 from ..model import MiniGPTConfig, MiniGPTForCausalLM
-from ..run_layout import RESOLVED_CONFIG_NAME
+from ..run_layout import RESOLVED_CONFIG_NAME, model_folder_name
 from .settings import INIT_KEYS, ModelSettings, RunConfig
 
 MAY_CHANGE = ("hidden_dropout", "attention_dropout")  # regularisation, not shapes or function

@@ -40,9 +40,9 @@ from ..data.compatibility import check_compatible
 from ..data.corpus import prepare_corpus
 from ..data.tokenizer import check_existing_tokenizer, load_or_train_tokenizer, load_tokenizer
 from ..errors import ConfigError
-from ..hub.loading import model_folder_name
 from ..model import MiniGPTConfig
 from ..progress import transformers_progress_bars
+from ..run_layout import model_folder_name
 from .base_model import (
     adopt_base_architecture,
     adopt_saved_settings,
