@@ -171,6 +171,20 @@ def test_resume_without_a_checkpoint_is_refused(tmp_path):
     assert not manager.is_running and manager.snapshot().status == "idle"
 
 
+def test_a_start_from_a_model_that_is_not_there_is_refused(tmp_path):
+    from minigpt.app.run_manager import RunManager
+    from minigpt.errors import ConfigError
+
+    manager = RunManager()
+    with pytest.raises(ConfigError, match="^model.init_from: no model at .*nothere"):
+        manager.start(
+            REPO_ROOT / "configs" / "smoke.yaml",
+            f"training.output_dir={tmp_path / 'run'}",
+            init_from=str(tmp_path / "nothere"),
+        )
+    assert not manager.is_running and not (tmp_path / "run").exists()
+
+
 # ---- the server and the browser ----------------------------------------------------------------
 
 

@@ -166,6 +166,7 @@ BAD_OVERRIDES = [
     ("training.min_learning_rate=1", "training.min_learning_rate", "learning_rate"),
     ("training.max_steps", "section.key=value", ""),
     ("training.optim=adamw", "training.optim", "adamw_torch"),
+    ("model.init_revision=v1", "model.init_revision", "needs model.init_from"),
 ]
 
 
@@ -233,3 +234,17 @@ def test_report_to_tensorboard_needs_the_package():
     else:
         with pytest.raises(ConfigError, match=r"training.report_to: tensorboard is not installed"):
             load_run_config(SMOKE, ["training.report_to=tensorboard"])
+
+
+def test_init_from_records_which_keys_the_config_wrote_and_defers_the_context_checks():
+    run = load_run_config(SMOKE, ["model.init_from=runs/base", "data.block_size=512"])
+    # smoke.yaml writes four model keys; the base decides the rest (and the context: checked later)
+    assert {k for k in run.explicit_keys if k.startswith("model.")} == {
+        "model.hidden_size",
+        "model.num_hidden_layers",
+        "model.num_attention_heads",
+        "model.max_position_embeddings",
+        "model.init_from",
+    }
+    assert "data.block_size" in run.explicit_keys and "model.bias" not in run.explicit_keys
+    assert run.to_dict()["model"]["init_from"] == "runs/base"

@@ -38,6 +38,7 @@ from .settings import INIT_KEYS, ModelSettings, RunConfig
 MAY_CHANGE = ("hidden_dropout", "attention_dropout")  # regularisation, not shapes or function
 ROTARY_MAY_CHANGE = ("max_position_embeddings", "rope_parameters")  # a longer context by rope scaling
 STOCK_NEEDS_EXPORT = "stock-architecture bases need minigpt.export"
+CAUSAL_LM_SUFFIXES = ("ForCausalLM", "LMHeadModel")  # transformers' causal-LM class names (GPT2LMHeadModel)
 
 
 class BaseModelError(ConfigError):
@@ -105,8 +106,12 @@ def read_base_model(model: ModelSettings) -> BaseModel:
         except (ValueError, TypeError) as err:
             raise BaseModelError(f"model.init_from: {config_file}: {err}") from None
         return BaseModel(location, model_type, config)
-    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
-        raise _not_a_causal_lm(location, f"a {model_type} model")
+    architectures = [a for a in raw.get("architectures") or [] if isinstance(a, str)]
+    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES or (
+        architectures and not any(a.endswith(CAUSAL_LM_SUFFIXES) for a in architectures)
+    ):
+        named = f" ({', '.join(architectures)})" if architectures else ""
+        raise _not_a_causal_lm(location, f"a {model_type} model{named}")
     stock = _import_stock(location)
     return BaseModel(location, model_type, stock.config, stock_model=stock)
 

@@ -397,8 +397,8 @@ def run_training(
     else:  # a new run from a base: read it, and fit the config to it, before anything is written
         base = read_base_model(run.model)
         run, model_config = adopt_base_architecture(run, base.config, base.name)
+        base_tokenizer = load_base_tokenizer(run, base)  # checks the config's own tokenizer.path
         run = record_base_location(run, base.location)
-        base_tokenizer = load_base_tokenizer(run, base)
         check_fits_model(run, whose="the base model's ")
         attention = resolve_hardware(run.hardware).attn_implementation
         base_weights = load_base_weights(base, model_config, attention)
