@@ -342,6 +342,17 @@ def test_bad_override_and_bad_data_are_one_line_in_the_page(page, workdir):
     assert page.inner_text(STATUS).strip().splitlines()[-1] == f"error: train file {empty} is empty"
 
 
+def test_a_model_to_start_from_that_is_not_there_is_one_line_in_the_page(page, workdir):
+    missing = workdir / "nothere"
+    page.locator("#init-from input").fill(str(missing))
+    page.locator("#init-from input").press("Enter")
+    press(page, "#start", "configs/smoke.yaml", f"training.output_dir={workdir / 'from-base'}")
+    expect(page.locator(TRAIN_ERROR)).to_contain_text(f"error: model.init_from: no model at {missing}")
+    assert not (workdir / "from-base").exists()
+    page.locator("#init-from input").fill("")  # the next runs start from random weights
+    page.locator("#init-from input").press("Enter")
+
+
 def test_train_watch_stop_resume_then_generate(page, workdir):
     from minigpt.app.views import CURVE_COLOURS
 

@@ -257,6 +257,9 @@ def test_resume_of_a_run_from_a_base_is_bit_exact_after_sigkill_and_never_reads_
     assert final.keys() == expected.keys()
     for name in expected:
         assert torch.equal(final[name], expected[name]), f"{name} differs after SIGKILL and resume"
+    summary = json.loads((output_dir / "summary.json").read_text())
+    assert summary["base_model"]["folder"] == reference.base_model["folder"] == "base-copy"
+    assert summary["base_eval_loss"] == reference.base_metrics["eval_loss"]  # step 0, from before the kill
 
 
 def test_a_base_from_the_hub_folder_is_named_in_the_card(work, base, new_text):

@@ -494,7 +494,7 @@ def run_training(
         plot_loss_curves(history, output_dir / LOSS_PLOT_FILE, title=title)
     bpbs = [r["eval_bpb"] for r in history if "eval_bpb" in r]
     base_metrics = {}
-    if base is not None:  # the eval on start, logged at step 0
+    if run.model.init_from is not None:  # the eval on start, logged at step 0 (kept by a resume)
         first = next((r for r in history if "eval_loss" in r and r.get("step") == 0), {})
         base_metrics = {k: v for k, v in first.items() if k in ("eval_loss", "eval_perplexity", "eval_bpb")}
     result = TrainingResult(
