@@ -70,12 +70,16 @@ def new_text(work, base) -> tuple[Path, Path]:
     text = "\n\n".join(topics[key] for key in sorted(topics))
     train, validation = work / "reference-train.txt", work / "reference-validation.txt"
     train.write_text(text[:120_000])
-    tokenizer = load_tokenizer(base / "final").backend_tokenizer
-    held_out = text[120_000:140_000]
-    while (len(tokenizer.encode(held_out).ids) + 1) % BLOCK not in (0, 1):
-        held_out = held_out[:-1]
-    validation.write_text(held_out)
+    validation.write_text(whole_blocks(text[120_000:140_000], load_tokenizer(base / "final")))
     return train, validation
+
+
+def whole_blocks(text: str, tokenizer) -> str:
+    """`text` cut to a whole number of blocks of `tokenizer`'s tokens (+ the document's EOS)."""
+    backend = tokenizer.backend_tokenizer
+    while (len(backend.encode(text).ids) + 1) % BLOCK not in (0, 1):
+        text = text[:-1]
+    return text
 
 
 def continue_run(work: Path, new_text: tuple[Path, Path], name: str, *overrides: str):
@@ -370,6 +374,7 @@ def stock_folder(folder: Path, kind: str) -> Path:
     from transformers import GPT2Config, GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM
 
     tokenizer = build_tiny_tokenizer()
+    tokenizer.bos_token = tokenizer.eos_token  # GPT-2's convention: one end-of-text token
     ids = dict(bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id)
     torch.manual_seed(0)
     if kind == "gpt2":
@@ -400,9 +405,11 @@ def test_a_stock_transformers_folder_is_a_base(work, new_text, kind):
     from minigpt.hub.loading import resolve_model
 
     folder = stock_folder(work / f"stock-{kind}", kind)
+    validation = work / f"validation-{kind}.txt"  # whole blocks of the stock model's tokenizer
+    validation.write_text(whole_blocks(new_text[1].read_text(), build_tiny_tokenizer()))
     _, run = continue_run(
         work,
-        new_text,
+        (new_text[0], validation),
         f"from-{kind}",
         f"model.init_from={folder}",
         "training.max_steps=2",
@@ -410,6 +417,6 @@ def test_a_stock_transformers_folder_is_a_base(work, new_text, kind):
     )
     result = run_training(run)
     step0 = next(r for r in result.log_history if r.get("step") == 0 and "eval_loss" in r)
-    stock = evaluate_model(resolve_model(folder), data=str(new_text[1]), window=BLOCK, show_progress=False)
+    stock = evaluate_model(resolve_model(folder), data=str(validation), window=BLOCK, show_progress=False)
     assert abs(step0["eval_loss"] - stock.loss) < 1e-5
     assert result.base_model["model_type"] == kind
