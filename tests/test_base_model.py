@@ -301,8 +301,9 @@ def test_a_folder_base_is_published_by_name_only(work, base):
     hub = work / "hub-folder"
     commit = publish(continued, "me/continued", hub)
     snapshot = hub / "models--me--continued" / "snapshots" / commit.commit_id
-    published = yaml.safe_load((snapshot / "resolved_config.yaml").read_text())
-    assert published["model"]["init_from"] == "shakespeare"
+    published_text = (snapshot / "resolved_config.yaml").read_text()
+    assert "# model.init_from: the base model, a folder of the training machine, by its name" in published_text
+    assert yaml.safe_load(published_text)["model"]["init_from"] == "shakespeare"
     card = ModelCard.load(snapshot / "README.md")
     assert card.data.to_dict().get("base_model") is None  # a folder is no hub model
     assert "`shakespeare` (a local folder, not published)" in card.text

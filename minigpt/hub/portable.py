@@ -55,6 +55,7 @@ class PortableRunConfig:
     train_sources: list[SourceFile]  # the training data files, as found when publishing
     validation_sources: list[SourceFile]  # separate validation files (empty: split off the train files)
     dropped: list[str]  # dotted keys left out
+    base_folder: str | None = None  # model.init_from's folder, published by its name only
 
     def to_yaml(self) -> str:
         """The published `resolved_config.yaml`: a header saying what was changed, then the config."""
@@ -65,6 +66,11 @@ class PortableRunConfig:
         ]
         if self.validation_sources:
             header.append(f"#   validation: {describe_sources(self.validation_sources, limit=20)}")
+        if self.base_folder is not None:
+            header.append(
+                f"# model.init_from: the base model, a folder of the training machine, by its name "
+                f"({self.config['model']['init_from']})."
+            )
         if self.dropped:
             header += [
                 "# Left out, as folders of the training machine: " + ", ".join(self.dropped),
@@ -116,7 +122,7 @@ def portable_run_config(run_config: dict[str, Any]) -> PortableRunConfig:
         sources[key] = data_sources(entries)
         if key in data:
             data[key] = [source.name for source in sources[key]]
-    return PortableRunConfig(config, sources["train_files"], sources["validation_files"], dropped)
+    return PortableRunConfig(config, sources["train_files"], sources["validation_files"], dropped, folder)
 
 
 def base_model_folder(run_config: dict[str, Any] | None) -> str | None:
