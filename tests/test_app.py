@@ -171,6 +171,20 @@ def test_resume_without_a_checkpoint_is_refused(tmp_path):
     assert not manager.is_running and manager.snapshot().status == "idle"
 
 
+def test_a_start_from_a_model_that_is_not_there_is_refused(tmp_path):
+    from minigpt.app.run_manager import RunManager
+    from minigpt.errors import ConfigError
+
+    manager = RunManager()
+    with pytest.raises(ConfigError, match="^model.init_from: no model at .*nothere"):
+        manager.start(
+            REPO_ROOT / "configs" / "smoke.yaml",
+            f"training.output_dir={tmp_path / 'run'}",
+            init_from=str(tmp_path / "nothere"),
+        )
+    assert not manager.is_running and not (tmp_path / "run").exists()
+
+
 # ---- the server and the browser ----------------------------------------------------------------
 
 
@@ -326,6 +340,17 @@ def test_bad_override_and_bad_data_are_one_line_in_the_page(page, workdir):
     expect(page.locator(TRAIN_ERROR)).to_have_text("")  # it started: the data is read in the run
     expect(page.locator(STATUS)).to_contain_text("failed")
     assert page.inner_text(STATUS).strip().splitlines()[-1] == f"error: train file {empty} is empty"
+
+
+def test_a_model_to_start_from_that_is_not_there_is_one_line_in_the_page(page, workdir):
+    missing = workdir / "nothere"
+    page.locator("#init-from input").fill(str(missing))
+    page.locator("#init-from input").press("Enter")
+    press(page, "#start", "configs/smoke.yaml", f"training.output_dir={workdir / 'from-base'}")
+    expect(page.locator(TRAIN_ERROR)).to_contain_text(f"error: model.init_from: no model at {missing}")
+    assert not (workdir / "from-base").exists()
+    page.locator("#init-from input").fill("")  # the next runs start from random weights
+    page.locator("#init-from input").press("Enter")
 
 
 def test_train_watch_stop_resume_then_generate(page, workdir):

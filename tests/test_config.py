@@ -15,7 +15,13 @@ import yaml
 from minigpt.errors import ConfigError, run_cli
 from minigpt.model.configuration_minigpt import MiniGPTConfig
 from minigpt.training.run_config import apply_override, build_run_config, load_run_config
-from minigpt.training.settings import HardwareSettings, ModelSettings, RunConfig, effective_batch_size
+from minigpt.training.settings import (
+    INIT_KEYS,
+    HardwareSettings,
+    ModelSettings,
+    RunConfig,
+    effective_batch_size,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
@@ -71,13 +77,14 @@ def test_every_key_in_shipped_yaml_has_a_comment(path):
 
 def test_model_section_mirrors_miniGPTConfig_fields():
     run = load_run_config(SMOKE)
-    config = MiniGPTConfig(**dataclasses.asdict(run.model), vocab_size=300, eos_token_id=0)
+    config = MiniGPTConfig(**run.model.architecture(), vocab_size=300, eos_token_id=0)
     assert isinstance(config, MiniGPTConfig)
     assert (config.hidden_size, config.num_hidden_layers, config.vocab_size) == (32, 2, 300)
     own = set(MiniGPTConfig.__annotations__) - {"vocab_size", "bos_token_id", "eos_token_id", "pad_token_id"}
-    assert {f.name for f in dataclasses.fields(run.model)} == own - {"use_cache"}
+    assert set(run.model.architecture()) == own - {"use_cache"}
+    assert {f.name for f in dataclasses.fields(run.model)} == set(run.model.architecture()) | set(INIT_KEYS)
     # The plain mirror (no torch at config time) keeps MiniGPTConfig's defaults and types.
-    for settings_field in dataclasses.fields(ModelSettings):
+    for settings_field in [f for f in dataclasses.fields(ModelSettings) if f.name not in INIT_KEYS]:
         name = settings_field.name
         assert settings_field.default == getattr(MiniGPTConfig, name), name
         assert str(settings_field.type) == str(MiniGPTConfig.__annotations__[name]), name
@@ -159,6 +166,7 @@ BAD_OVERRIDES = [
     ("training.min_learning_rate=1", "training.min_learning_rate", "learning_rate"),
     ("training.max_steps", "section.key=value", ""),
     ("training.optim=adamw", "training.optim", "adamw_torch"),
+    ("model.init_revision=v1", "model.init_revision", "needs model.init_from"),
 ]
 
 
@@ -226,3 +234,17 @@ def test_report_to_tensorboard_needs_the_package():
     else:
         with pytest.raises(ConfigError, match=r"training.report_to: tensorboard is not installed"):
             load_run_config(SMOKE, ["training.report_to=tensorboard"])
+
+
+def test_init_from_records_which_keys_the_config_wrote_and_defers_the_context_checks():
+    run = load_run_config(SMOKE, ["model.init_from=runs/base", "data.block_size=512"])
+    # smoke.yaml writes four model keys; the base decides the rest (and the context: checked later)
+    assert {k for k in run.explicit_keys if k.startswith("model.")} == {
+        "model.hidden_size",
+        "model.num_hidden_layers",
+        "model.num_attention_heads",
+        "model.max_position_embeddings",
+        "model.init_from",
+    }
+    assert "data.block_size" in run.explicit_keys and "model.bias" not in run.explicit_keys
+    assert run.to_dict()["model"]["init_from"] == "runs/base"

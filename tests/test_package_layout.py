@@ -19,16 +19,17 @@ STAGE_RANK = {
     "minigpt.atomic": 0,
     "minigpt.distributed": 0,
     "minigpt.progress": 0,
+    "minigpt.run_layout": 0,
     "minigpt.model": 1,
     "minigpt.data": 2,
-    "minigpt.training": 3,
-    "minigpt.export": 3,  # stock architectures and GGUF: imports the model and data stages
-    "minigpt.hub": 4,
-    "minigpt.generation": 5,
-    "minigpt.evaluation": 5,
-    "minigpt.metrics": 5,
-    "minigpt.app": 6,  # the web app: runs training, loads and generates
-    "minigpt.benchmarks": 6,
+    "minigpt.export": 3,  # stock architectures and GGUF, in and out: imports the model and data stages
+    "minigpt.hub": 4,  # store, loading by id or folder, publishing (publishes the stock form): below training
+    "minigpt.training": 5,  # starts from trained, published or stock models
+    "minigpt.generation": 6,
+    "minigpt.evaluation": 6,
+    "minigpt.metrics": 6,
+    "minigpt.app": 7,  # the web app: runs training, loads and generates
+    "minigpt.benchmarks": 7,
 }
 
 
@@ -64,7 +65,9 @@ def internal_imports(path: Path, modules: dict[str, Path]) -> set[str]:
         else:
             continue
         for target in targets:
-            while target and target not in modules:  # `import a.b.c` of a name inside a module
+            # `import a.b.c` of a name inside a module; a module of a known stage that this checkout
+            # lacks (an import guarded by `except ImportError`) keeps its own name.
+            while target and target not in modules and target not in STAGE_RANK:
                 target = target.rpartition(".")[0]
             if target.startswith("minigpt") and target != name:
                 found.add(target)

@@ -75,13 +75,22 @@ class RunManager:
     def is_running(self) -> bool:
         return self._active
 
-    def start(self, config: str | Path, overrides: str | Sequence[str] = (), resume: bool = False) -> str:
+    def start(
+        self,
+        config: str | Path,
+        overrides: str | Sequence[str] = (),
+        resume: bool = False,
+        init_from: str | None = None,
+    ) -> str:
         """Check the config and start training in the background; returns a one-line message.
 
-        Raises MiniGPTUserError (one line) for a bad config or override, a run already training,
-        or a resume with no checkpoint to continue.
+        `init_from` starts from a trained model, as the override `model.init_from=...` does (the
+        form's "Start from" field). Raises MiniGPTUserError (one line) for a bad config or override,
+        a base model that is not there, a run already training, or a resume with no checkpoint.
         """
         items = parse_overrides(overrides)
+        if init_from and init_from.strip():
+            items.append(f"model.init_from={init_from.strip()}")
         with self._lock:
             if self.is_running:
                 current = self.snapshot()
@@ -106,6 +115,11 @@ class RunManager:
                 if not run.training.overwrite_output_dir:  # raises if another run is there; removes nothing
                     claim_output_dir(output_dir, overwrite=False, resume_command="Resume")
                 message = f"started: {config} -> {output_dir}"
+                if run.model.init_from is not None:  # a base that is not there is said at once
+                    from minigpt.training.base_model import find_base_model  # imports transformers
+
+                    find_base_model(run.model)
+                    message += f", starting from {run.model.init_from}"
             self._controller = StopController()
             self._active = True
             self.state.begin(str(config), items, output_dir, run.training.max_steps, message)

@@ -97,6 +97,16 @@ def build_app(
                     scale=2,
                 )
             with gr.Row():
+                init_from = gr.Dropdown(
+                    [""] + models_list(),
+                    value="",
+                    allow_custom_value=True,
+                    label="Start from a model",
+                    info="empty: random weights; a run, checkpoint or model folder, or ORG/NAME in the hub "
+                    "folder (a tag: model.init_revision=... in the overrides)",
+                    elem_id="init-from",
+                )
+            with gr.Row():
                 start = gr.Button("Start", variant="primary", elem_id="start")
                 stop = gr.Button("Stop", variant="stop", elem_id="stop")
                 resume = gr.Button("Resume", elem_id="resume")
@@ -202,15 +212,15 @@ def build_app(
         app.load(on_load, [seen, model], [config, overrides, *drawn], show_progress="hidden")
 
         start.click(
-            lambda c, o: errors_of(lambda: manager.start(c, o)),
-            [config, overrides],
+            lambda c, o, b: errors_of(lambda: manager.start(c, o, init_from=b)),
+            [config, overrides, init_from],
             train_error,
             show_progress="hidden",  # answers at once; a spinner would only flash
             concurrency_limit=None,
         )
         resume.click(
-            lambda c, o: errors_of(lambda: manager.start(c, o, resume=True)),
-            [config, overrides],
+            lambda c, o, b: errors_of(lambda: manager.start(c, o, resume=True, init_from=b)),
+            [config, overrides, init_from],
             train_error,
             show_progress="hidden",  # answers at once; a spinner would only flash
             concurrency_limit=None,

@@ -20,7 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ..errors import MiniGPTUserError
 from ..model import register_auto_classes
-from ..training.checkpoints import checkpoint_step, list_checkpoints
+from ..run_layout import checkpoint_step, list_checkpoints
 from . import store
 
 FINAL_MODEL_DIRNAME = "final"  # where training saves the finished model inside a run folder

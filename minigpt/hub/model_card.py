@@ -72,6 +72,10 @@ class CardFacts:
     # The stock transformers class the model is published as (None: MiniGPT's own, remote code).
     stock_class: str | None = None
     gguf_files: list[str] = field(default_factory=list)  # GGUF files for llama.cpp in the snapshot
+    base_model: str | None = None  # the repo id training started from (model.init_from), hub metadata
+    base_revision: str | None = None  # its revision
+    base_folder: str | None = None  # or the name of the local model folder it started from
+    base_metrics: dict[str, float] = field(default_factory=dict)  # the base's eval_* at step 0
 
 
 def count_parameters(weights_files: list[Path]) -> int:
@@ -112,9 +116,23 @@ def read_eval_metrics(run_dir: Path | None, model_dir: Path) -> tuple[dict[str, 
     return metrics, int(step) if isinstance(step, int | float) and step >= 0 else None
 
 
+def read_base_metrics(run_dir: Path | None, model_dir: Path) -> dict[str, float]:
+    """The validation metrics logged at step 0 (a run started from a base evaluates it first)."""
+    for folder in [d for d in (run_dir, model_dir) if d is not None]:
+        jsonl = folder / "metrics.jsonl"
+        if jsonl.is_file():
+            for line in jsonl.read_text().splitlines():
+                record = json.loads(line) if line.strip() else {}
+                if record.get("step") == 0 and isinstance(record.get("eval_loss"), int | float):
+                    return {key: float(record[key]) for key in EVAL_METRICS if key in record}
+    return {}
+
+
 def card_metadata(facts: CardFacts) -> ModelCardData:
     """The YAML header. No `datasets:` tag: local files are not hub datasets, and a tag made from a
-    file name would link to someone else's dataset."""
+    file name would link to someone else's dataset. A model trained from a repo names it as
+    `base_model` (the hub's convention, `base_model_relation: finetune`); a local folder is no hub
+    model, so it is named in the body only."""
     evaluated_on = facts.validation_sources or facts.train_sources
     dataset_name = ", ".join(s.name for s in evaluated_on[:SOURCES_SHOWN]) or "held-out text"
     eval_results = [
@@ -145,7 +163,26 @@ def card_metadata(facts: CardFacts) -> ModelCardData:
         ],
         model_name=facts.repo_id,
         eval_results=eval_results or None,
+        **({"base_model": facts.base_model, "base_model_relation": "finetune"} if facts.base_model else {}),
     )
+
+
+def _origin(facts: CardFacts) -> str:
+    """How the model was made, in one sentence: from scratch, or continued from a base model."""
+    if facts.base_model:
+        revision = f" (revision `{facts.base_revision}`)" if facts.base_revision else ""
+        base = f"the model `{facts.base_model}`{revision}"
+    elif facts.base_folder:
+        base = f"the model `{facts.base_folder}` (a local folder, not published)"
+    else:
+        return "A small GPT-style causal language model trained from scratch with MiniGPT."
+    line = f"A small GPT-style causal language model: {base}, trained further on new text with MiniGPT."
+    if "eval_bpb" in facts.base_metrics:
+        line += (
+            f" Before that training the base model scored {facts.base_metrics['eval_bpb']:.4f} bits per "
+            "byte on this model's validation text."
+        )
+    return line
 
 
 def _table(rows: list[tuple[str, Any]], header: tuple[str, str]) -> str:
@@ -197,7 +234,7 @@ def render_model_card(facts: CardFacts) -> str:
         f"---\n{card_metadata(facts).to_yaml()}\n---",
         f"# {name}",
         (
-            "A small GPT-style causal language model trained from scratch with MiniGPT. "
+            f"{_origin(facts)} "
             + (
                 f"It is published as the stock transformers architecture `{facts.stock_class}`, which "
                 "computes it exactly: it loads with plain `transformers`, no remote code."
@@ -285,4 +322,4 @@ def render_model_card(facts: CardFacts) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-__all__ = ["CardFacts", "count_parameters", "read_eval_metrics", "render_model_card"]
+__all__ = ["CardFacts", "count_parameters", "read_base_metrics", "read_eval_metrics", "render_model_card"]

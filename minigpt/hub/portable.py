@@ -23,10 +23,16 @@ import yaml
 from ..data.provenance import SourceFile, describe_sources, list_sources
 from ..data.sources import resolve_files
 from ..errors import MiniGPTUserError
+from ..run_layout import model_folder_name
 
 # Run-config keys that only name folders of the training machine: left out of the published
 # config, so loading it as a run config gives their defaults. The tokenizer is published beside it.
-LOCAL_FOLDER_KEYS = (("training", "output_dir"), ("tokenizer", "path"), ("data", "cache_dir"))
+LOCAL_FOLDER_KEYS = (
+    ("training", "output_dir"),
+    ("tokenizer", "path"),
+    ("data", "cache_dir"),
+    ("model", "init_hub_dir"),
+)
 DATA_FILE_KEYS = ("train_files", "validation_files")  # data files: published by file name
 # Keys transformers writes into saved JSON from how the files were loaded, not what they are.
 LOADING_STATE_KEYS = (
@@ -49,6 +55,7 @@ class PortableRunConfig:
     train_sources: list[SourceFile]  # the training data files, as found when publishing
     validation_sources: list[SourceFile]  # separate validation files (empty: split off the train files)
     dropped: list[str]  # dotted keys left out
+    base_folder: str | None = None  # model.init_from's folder, published by its name only
 
     def to_yaml(self) -> str:
         """The published `resolved_config.yaml`: a header saying what was changed, then the config."""
@@ -59,6 +66,11 @@ class PortableRunConfig:
         ]
         if self.validation_sources:
             header.append(f"#   validation: {describe_sources(self.validation_sources, limit=20)}")
+        if self.base_folder is not None:
+            header.append(
+                f"# model.init_from: the base model, a folder of the training machine, by its name "
+                f"({self.config['model']['init_from']})."
+            )
         if self.dropped:
             header += [
                 "# Left out, as folders of the training machine: " + ", ".join(self.dropped),
@@ -95,6 +107,9 @@ def portable_run_config(run_config: dict[str, Any]) -> PortableRunConfig:
     for section, key in LOCAL_FOLDER_KEYS:
         if isinstance(config.get(section), dict) and config[section].pop(key, None) is not None:
             dropped.append(f"{section}.{key}")
+    folder = base_model_folder(config)
+    if folder is not None:  # a base model on this machine: by its folder's name (a repo id stays)
+        config["model"]["init_from"] = model_folder_name(folder)
     hardware = config.get("hardware")
     if isinstance(hardware, dict) and _is_path_like(hardware.get("profile")):
         hardware.pop("profile")  # a profile file's values are already in the section
@@ -107,7 +122,15 @@ def portable_run_config(run_config: dict[str, Any]) -> PortableRunConfig:
         sources[key] = data_sources(entries)
         if key in data:
             data[key] = [source.name for source in sources[key]]
-    return PortableRunConfig(config, sources["train_files"], sources["validation_files"], dropped)
+    return PortableRunConfig(config, sources["train_files"], sources["validation_files"], dropped, folder)
+
+
+def base_model_folder(run_config: dict[str, Any] | None) -> str | None:
+    """`model.init_from` when it names a folder (training records a revision for ORG/NAME only)."""
+    model = (run_config or {}).get("model")
+    if not isinstance(model, dict) or not isinstance(model.get("init_from"), str):
+        return None
+    return model["init_from"] if model.get("init_revision") is None else None
 
 
 def clean_json_text(text: str) -> str | None:
@@ -134,6 +157,9 @@ def local_paths(run_config: dict[str, Any] | None, repo_id: str, *folders: Path 
         for entry in [value] if isinstance(value, str) else value or []:
             if isinstance(entry, str) and os.sep in entry:
                 names |= {entry, str(Path(entry).expanduser().resolve().parent)}
+    base_folder = base_model_folder(run_config)
+    if base_folder is not None:
+        names |= {base_folder, str(Path(base_folder).expanduser().resolve())}
     # A name of one part ("run") would match ordinary words; a bare "/" everything.
     return {
         name
@@ -156,6 +182,7 @@ def find_local_path(files: dict[str, Path], paths: set[str]) -> tuple[str, str] 
 
 __all__ = [
     "PortableRunConfig",
+    "base_model_folder",
     "clean_json_text",
     "data_sources",
     "find_local_path",

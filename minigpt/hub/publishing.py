@@ -32,10 +32,10 @@ from ..export.errors import ExportError
 from ..export.exporting import to_stock_model, write_stock_folder
 from ..export.gguf_export import write_gguf
 from ..model import MiniGPTForCausalLM
-from ..training.checkpoints import RESOLVED_CONFIG_NAME
+from ..run_layout import RESOLVED_CONFIG_NAME
 from . import store
 from .loading import resolve_model
-from .model_card import CardFacts, count_parameters, read_eval_metrics, render_model_card
+from .model_card import CardFacts, count_parameters, read_base_metrics, read_eval_metrics, render_model_card
 from .portable import clean_json_text, find_local_path, local_paths, portable_run_config
 
 SHARD_PATTERN = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
@@ -228,6 +228,8 @@ def collect_files(
         files[LOSS_CURVE_NAME] = loss_curve
 
     metrics, step = read_eval_metrics(run_dir, model_dir)
+    base = (portable.config.get("model") if portable is not None else None) or {}
+    base_from, base_revision = base.get("init_from"), base.get("init_revision")
     facts = CardFacts(
         repo_id=repo_id,
         model_config=minigpt_config,
@@ -241,6 +243,10 @@ def collect_files(
         metrics=metrics,
         metrics_step=step,
         loss_curve=LOSS_CURVE_NAME if loss_curve is not None else None,
+        base_model=base_from if base_from and base_revision is not None else None,  # a repo id
+        base_revision=base_revision,
+        base_folder=base_from if base_from and base_revision is None else None,
+        base_metrics=read_base_metrics(run_dir, model_dir) if base_from else {},
     )
     card = staging / "README.md"
     card.write_text(render_model_card(facts))

@@ -128,7 +128,10 @@ def build_run_config(raw: Mapping[str, Any], config_dir: Path | None = None) -> 
         if name == "hardware":
             values = resolve_hardware_profile(values, config_dir)
         sections[name] = build_section(name, cls, values)
-    run = RunConfig(**sections)
+    explicit = frozenset(
+        f"{section}.{key}" for section, values in raw.items() if isinstance(values, dict) for key in values
+    )
+    run = RunConfig(**sections, explicit_keys=explicit)
     check_cross_fields(run)
     return run
 
@@ -196,21 +199,17 @@ def list_hardware_profiles(config_dir: Path | None = None) -> list[str]:
 
 
 def check_cross_fields(run: RunConfig) -> None:
-    """Contradictions between settings of different sections, each named by its dotted key."""
-    max_positions = run.model.max_position_embeddings
-    if run.data.block_size > max_positions:
-        raise ConfigError(
-            f"data.block_size ({run.data.block_size}) exceeds model.max_position_embeddings ({max_positions})"
-        )
+    """Contradictions between settings of different sections, each named by its dotted key.
+
+    With `model.init_from` the architecture is the base model's, known only once it is read: the
+    run checks `check_fits_model` then.
+    """
+    if run.model.init_from is None:
+        check_fits_model(run)
     if run.training.warmup_steps >= run.training.max_steps:
         raise ConfigError(
             f"training.warmup_steps ({run.training.warmup_steps}) must be less than "
             f"training.max_steps ({run.training.max_steps})"
-        )
-    if run.training.sample_max_new_tokens >= max_positions:
-        raise ConfigError(
-            f"training.sample_max_new_tokens ({run.training.sample_max_new_tokens}) must be less than "
-            f"model.max_position_embeddings ({max_positions})"
         )
     report_to = (
         [run.training.report_to] if isinstance(run.training.report_to, str) else run.training.report_to
@@ -225,6 +224,20 @@ def check_cross_fields(run: RunConfig) -> None:
         raise ConfigError(f"hardware.attn_implementation {run.hardware.attn_implementation} needs a CUDA GPU")
     if run.hardware.fp16 and run.hardware.use_cpu:
         raise ConfigError("hardware.fp16 needs a GPU; on the CPU use hardware.bf16 or full precision")
+
+
+def check_fits_model(run: RunConfig, whose: str = "") -> None:
+    """Data blocks and text samples fit the model's context; `whose` names where it came from."""
+    max_positions = run.model.max_position_embeddings
+    if run.data.block_size > max_positions:
+        raise ConfigError(
+            f"data.block_size ({run.data.block_size}) exceeds {whose}model.max_position_embeddings ({max_positions})"
+        )
+    if run.training.sample_max_new_tokens >= max_positions:
+        raise ConfigError(
+            f"training.sample_max_new_tokens ({run.training.sample_max_new_tokens}) must be less than "
+            f"{whose}model.max_position_embeddings ({max_positions})"
+        )
 
 
 # ---- typing --------------------------------------------------------------------------------
@@ -341,6 +354,7 @@ __all__ = [
     "apply_override",
     "build_run_config",
     "build_section",
+    "check_fits_model",
     "coerce",
     "find_hardware_profile",
     "load_run_config",

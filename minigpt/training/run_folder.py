@@ -12,40 +12,24 @@ Plain Python (no torch), so these checks run before anything heavy.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from pathlib import Path
 
 from ..errors import ConfigError
-
-# Files and folders a run writes into its output folder.
-RESOLVED_CONFIG_NAME = "resolved_config.yaml"  # the run config, beside the outputs and in every checkpoint
-METRICS_FILE = "metrics.jsonl"
-SAMPLES_FILE = "samples.txt"
-LOSS_PLOT_FILE = "loss.png"
-SUMMARY_FILE = "summary.json"
-FINAL_DIR = "final"
-CHECKPOINT_PREFIX = "checkpoint"  # Trainer's PREFIX_CHECKPOINT_DIR: `checkpoint-N`
-STAGING_PREFIX = ".staging-"  # a save in progress; never matches Trainer's `checkpoint-*` globs
-SET_ASIDE_PREFIX = "corrupt-"  # where a bad checkpoint is moved; also outside `checkpoint-*`
-RUN_FILES = (RESOLVED_CONFIG_NAME, METRICS_FILE, SAMPLES_FILE, LOSS_PLOT_FILE, SUMMARY_FILE)
-
-_CHECKPOINT_RE = re.compile(rf"^{CHECKPOINT_PREFIX}-(\d+)$")
-
-
-def checkpoint_step(path: str | os.PathLike) -> int | None:
-    """N for a folder named `checkpoint-N`, else None."""
-    match = _CHECKPOINT_RE.match(Path(path).name)
-    return int(match.group(1)) if match else None
-
-
-def list_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
-    """`checkpoint-N` folders in `output_dir`, newest (highest N) first."""
-    output_dir = Path(output_dir)
-    if not output_dir.is_dir():
-        return []
-    found = [p for p in output_dir.iterdir() if p.is_dir() and checkpoint_step(p) is not None]
-    return sorted(found, key=checkpoint_step, reverse=True)
+from ..run_layout import (  # what a run writes into its output folder (shared with the hub stage)
+    CHECKPOINT_PREFIX,
+    FINAL_DIR,
+    LOSS_PLOT_FILE,
+    METRICS_FILE,
+    RESOLVED_CONFIG_NAME,
+    RUN_FILES,
+    SAMPLES_FILE,
+    SET_ASIDE_PREFIX,
+    STAGING_PREFIX,
+    SUMMARY_FILE,
+    checkpoint_step,
+    list_checkpoints,
+)
 
 
 def run_outputs(output_dir: str | os.PathLike) -> list[Path]:

@@ -34,6 +34,9 @@ POSITION_EMBEDDING_TYPES = ("learned", "rope")  # as in MiniGPTConfig
 NORM_TYPES = ("layernorm", "rmsnorm")  # as in MiniGPTConfig
 MLP_TYPES = ("standard", "gated")  # as in MiniGPTConfig
 RESIDUAL_INITS = ("scaled", "zero")  # as in MiniGPTConfig
+# `model:` keys that say where the weights start from, not what the architecture is (the other
+# keys mirror MiniGPTConfig). With `init_from` set, the architecture comes from the base model.
+INIT_KEYS = ("init_from", "init_revision", "init_hub_dir")
 ATTN_IMPLEMENTATIONS = ("auto", "eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
 LR_SCHEDULER_TYPES = (
     "cosine_with_min_lr",
@@ -48,13 +51,27 @@ REPORT_TO_CHOICES = ("none", "tensorboard", "wandb", "trackio", "mlflow", "all")
 
 @dataclass
 class ModelSettings:
-    """The `model:` section: MiniGPTConfig's architecture fields (see model/configuration_minigpt.py).
+    """The `model:` section: where the weights start, and MiniGPTConfig's architecture fields.
 
-    A plain mirror, so that a run config loads without importing torch; a test checks that its
-    fields, types and defaults equal MiniGPTConfig's. The vocabulary and special-token ids are not
-    here: they come from the tokenizer (MANAGED_MODEL_FIELDS).
+    The architecture fields are a plain mirror of MiniGPTConfig (see model/configuration_minigpt.py),
+    so that a run config loads without importing torch; a test checks that their names, types and
+    defaults equal MiniGPTConfig's. The vocabulary and special-token ids are not here: they come
+    from the tokenizer (MANAGED_MODEL_FIELDS).
+
+    With `init_from`, the run starts from a trained model (continued pretraining, fine-tuning) with a
+    fresh optimizer, schedule and step count: the architecture, vocabulary and tokenizer are the
+    base model's, and an architecture key written in the config must agree with it. Only these may
+    differ: hidden_dropout and attention_dropout, and for rotary models max_position_embeddings
+    with rope_parameters scaling (a longer context); the hardware section (attention kernel,
+    activation checkpointing) is free as always.
     """
 
+    # A trained model to start from: a run folder (its final/), a checkpoint-N folder, a model
+    # folder, a stock transformers folder MiniGPT can express (GPT-2, GPT-NeoX style), or ORG/NAME
+    # in a hub folder. null: random weights.
+    init_from: str | None = None
+    init_revision: str | None = None  # ORG/NAME only: branch, tag or commit (null: main)
+    init_hub_dir: str | None = None  # ORG/NAME only: the hub folder (null: $HF_HUB_CACHE, else ./hub)
     hidden_size: int = 128  # width of the residual stream
     num_hidden_layers: int = 4  # transformer blocks
     num_attention_heads: int = 4  # heads per attention layer; must divide hidden_size
@@ -77,7 +94,16 @@ class ModelSettings:
     final_logit_softcapping: float | None = None  # cap * tanh(logits / cap) (Gemma 2); opt-in: no export
     tie_word_embeddings: bool = True  # share the input embedding with the output head
 
+    def architecture(self) -> dict[str, Any]:
+        """The MiniGPTConfig fields of this section (every key but INIT_KEYS)."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in INIT_KEYS}
+
     def __post_init__(self) -> None:
+        if self.init_from is None:
+            for name in ("init_revision", "init_hub_dir"):
+                require(getattr(self, name) is None, f"model.{name}", "needs model.init_from", getattr(self, name))
+        else:
+            require(bool(self.init_from.strip()), "model.init_from", "must name a model or be null", self.init_from)
         for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "max_position_embeddings"):
             require(
                 getattr(self, name) > 0, f"model.{name}", "must be a positive integer", getattr(self, name)
@@ -271,6 +297,9 @@ class RunConfig:
     data: DataSettings = field(default_factory=DataSettings)
     training: TrainingSettings = field(default_factory=TrainingSettings)
     hardware: HardwareSettings = field(default_factory=HardwareSettings)
+    # Dotted keys the YAML file or an override wrote ("model.hidden_size"), as opposed to defaults:
+    # with model.init_from only these can contradict the base model. Not part of the settings.
+    explicit_keys: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """Plain nested dict of every setting (defaults included), in schema order."""

@@ -38,10 +38,19 @@ from transformers.training_args import OptimizerNames
 from ..atomic import atomic_output_dir, atomic_write_file
 from ..data.compatibility import check_compatible
 from ..data.corpus import prepare_corpus
-from ..data.tokenizer import check_existing_tokenizer, load_or_train_tokenizer
+from ..data.tokenizer import check_existing_tokenizer, load_or_train_tokenizer, load_tokenizer
 from ..errors import ConfigError
 from ..model import MiniGPTConfig
 from ..progress import transformers_progress_bars
+from ..run_layout import model_folder_name
+from .base_model import (
+    adopt_base_architecture,
+    adopt_saved_settings,
+    load_base_tokenizer,
+    load_base_weights,
+    read_base_model,
+    record_base_location,
+)
 from .busy_cores import BusyCoresCallback
 from .callbacks import (
     LogLineProgressCallback,
@@ -49,9 +58,10 @@ from .callbacks import (
     SampleTextCallback,
     StepTimerCallback,
 )
-from .checkpoints import AtomicCheckpointTrainer, resolve_resume_checkpoint
+from .checkpoints import AtomicCheckpointTrainer, check_resume_compatible, find_resume_checkpoint
 from .interrupt import StopController
 from .plotting import plot_loss_curves
+from .run_config import check_fits_model
 from .run_folder import (
     FINAL_DIR,
     LOSS_PLOT_FILE,
@@ -87,6 +97,8 @@ class TrainingResult:
     best_eval_bpb: float | None
     stopped: bool  # stopped by a signal or StopController.request_stop() (a checkpoint was saved)
     log_history: list[dict[str, Any]] = field(repr=False, default_factory=list)
+    base_model: dict[str, Any] | None = None  # model.init_from as recorded (repo id + revision, or folder name)
+    base_metrics: dict[str, float] = field(default_factory=dict)  # the base's eval_* at step 0
 
 
 class MiniGPTTrainer(AtomicCheckpointTrainer):
@@ -214,7 +226,7 @@ def build_model_config(model: ModelSettings, tokenizer: PreTrainedTokenizerBase)
     """The model's MiniGPTConfig: the `model:` section plus the tokenizer's vocabulary and special ids."""
     try:
         return MiniGPTConfig(
-            **dataclasses.asdict(model),
+            **model.architecture(),
             vocab_size=len(tokenizer),
             bos_token_id=tokenizer.bos_token_id,
             eos_token_id=tokenizer.eos_token_id,
@@ -235,6 +247,16 @@ def build_model(run: RunConfig, tokenizer: PreTrainedTokenizerBase) -> PreTraine
     attention = resolve_hardware(run.hardware).attn_implementation
     model = AutoModelForCausalLM.from_config(config, attn_implementation=attention)
     model.generation_config = generation_defaults(config, run.training)  # saved with every checkpoint
+    return model
+
+
+def build_model_from_folder(folder: str | Path, run: RunConfig) -> PreTrainedModel:
+    """A MiniGPT with the architecture of a saved model folder (its config.json), freshly initialised:
+    for resuming a run that started from a base, whose checkpoint then supplies the weights."""
+    config = MiniGPTConfig.from_pretrained(folder)
+    attention = resolve_hardware(run.hardware).attn_implementation
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=attention)
+    model.generation_config = generation_defaults(config, run.training)
     return model
 
 
@@ -402,9 +424,22 @@ def run_training(
     # Before anything is written: a tokenizer already at tokenizer.path must fit this run's data,
     # then continue this folder's run, or claim the folder for a new one.
     own_tokenizer = str(output_dir / "tokenizer")  # suggested if the existing one does not fit
-    checked_tokenizer = check_existing_tokenizer(run.tokenizer, run.data, new_path=own_tokenizer)
-    checkpoint = resolve_resume_checkpoint(output_dir, run.to_dict()) if resume else None
+    checkpoint = find_resume_checkpoint(output_dir) if resume else None
+    base, base_tokenizer, base_weights, checked_tokenizer = None, None, None, None
+    if run.model.init_from is None:
+        checked_tokenizer = check_existing_tokenizer(run.tokenizer, run.data, new_path=own_tokenizer)
+    elif checkpoint is not None:  # resuming a run that started from a base: its own checkpoint only
+        run = adopt_saved_settings(run, checkpoint)
+    else:  # a new run from a base: read it, and fit the config to it, before anything is written
+        base = read_base_model(run.model)
+        run, model_config = adopt_base_architecture(run, base.config, base.name)
+        base_tokenizer = load_base_tokenizer(run, base)  # checks the config's own tokenizer.path
+        run = record_base_location(run, base.location)
+        check_fits_model(run, whose="the base model's ")
+        attention = resolve_hardware(run.hardware).attn_implementation
+        base_weights = load_base_weights(base, model_config, attention)
     if checkpoint is not None:
+        check_resume_compatible(run.to_dict(), checkpoint)
         check_resume_target(checkpoint, run.training.max_steps)
     elif main or not run.training.overwrite_output_dir:  # every process refuses; only the main one removes
         removed = claim_output_dir(output_dir, overwrite=run.training.overwrite_output_dir)
@@ -418,15 +453,27 @@ def run_training(
             handle.write(run.to_yaml())
 
     with args.main_process_first(desc="tokenizer and data"):  # one process trains and caches, others load
-        tokenizer = load_or_train_tokenizer(
-            run.tokenizer, run.data, new_path=own_tokenizer, checked=checked_tokenizer
-        )
+        if run.model.init_from is None:
+            tokenizer = load_or_train_tokenizer(
+                run.tokenizer, run.data, new_path=own_tokenizer, checked=checked_tokenizer
+            )
+        else:  # the base's tokenizer (a checkpoint carries the same one): the blocks are keyed by it
+            tokenizer = base_tokenizer if base_tokenizer is not None else load_tokenizer(checkpoint)
+            if main:
+                print(f"tokenizer: the base model's ({run.model.init_from}), {len(tokenizer)} tokens", flush=True)
         corpus = prepare_corpus(
             run.data, tokenizer, max_position_embeddings=run.model.max_position_embeddings
         )
 
     set_seed(run.training.seed)  # the model's initial weights depend only on the seed
-    model = build_model(run, tokenizer)
+    if base_weights is not None:
+        model = base_weights
+        model.generation_config = generation_defaults(model.config, run.training)
+        args.eval_on_start = True  # step 0: the base on the new validation data starts the curve
+    elif run.model.init_from is not None:  # resuming: the checkpoint's architecture, its weights later
+        model = build_model_from_folder(checkpoint, run)
+    else:
+        model = build_model(run, tokenizer)
     # The tokenizer saved beside the model (checkpoints, final/) states the model's context, so
     # `truncation=True` and pipelines cut prompts to what the model takes (not 1e30 tokens).
     tokenizer.model_max_length = model.config.max_position_embeddings
@@ -438,6 +485,7 @@ def run_training(
         eos_token_id=model.config.eos_token_id,
         pad_token_id=model.config.pad_token_id,
         corpus=corpus,
+        allow_larger_vocab=run.model.init_from is not None,  # a stock base may pad its embedding
     )
     trainer = build_trainer(
         run,
@@ -453,6 +501,8 @@ def run_training(
     if main:
         peak = trainer.throughput.peak_flops if trainer.throughput is not None else None
         print(describe_run(run, model, args, len(corpus.train), len(corpus.validation), peak), flush=True)
+        if base is not None:
+            print(f"starting from {base.name} ({base.model_type}): evaluating it on the new validation data first", flush=True)
 
     with stop_controller.install_signal_handlers():
         trainer.train(resume_from_checkpoint=checkpoint)
@@ -481,6 +531,10 @@ def run_training(
             title += f" (validation: {final_metrics['eval_bpb']:.3f} bits/byte)"
         plot_loss_curves(history, output_dir / LOSS_PLOT_FILE, title=title)
     bpbs = [r["eval_bpb"] for r in history if "eval_bpb" in r]
+    base_metrics = {}
+    if run.model.init_from is not None:  # the eval on start, logged at step 0 (kept by a resume)
+        first = next((r for r in history if "eval_loss" in r and r.get("step") == 0), {})
+        base_metrics = {k: v for k, v in first.items() if k in ("eval_loss", "eval_perplexity", "eval_bpb")}
     result = TrainingResult(
         output_dir=output_dir,
         final_dir=final_dir,
@@ -491,6 +545,8 @@ def run_training(
         best_eval_bpb=min(bpbs) if bpbs else None,
         stopped=stopped,
         log_history=list(history),
+        base_model=base.record() if base is not None else base_record_of(run),
+        base_metrics=base_metrics,
     )
     if main:
         with atomic_write_file(output_dir / SUMMARY_FILE) as handle:
@@ -553,9 +609,20 @@ def _peak_source(setting: float | str) -> str:
     return f"measured once, cached in {cache_dir() / PEAK_FLOPS_FILE}; delete it to measure again"
 
 
+def base_record_of(run: RunConfig) -> dict[str, Any] | None:
+    """The base of a run as its config records it (repo id + revision, or folder name), without
+    reading the base: what a resumed run's summary says."""
+    model = run.model
+    if model.init_from is None:
+        return None
+    if model.init_revision is not None:  # set, at the start, for ORG/NAME only
+        return {"repo_id": model.init_from, "revision": model.init_revision}
+    return {"folder": model_folder_name(model.init_from)}
+
+
 def summary_record(result: TrainingResult) -> dict[str, Any]:
     """The summary as JSON-ready values (written to <output_dir>/summary.json)."""
-    return {
+    record = {
         "global_step": result.global_step,
         "tokens_seen": result.tokens_seen,
         "runtime_seconds": round(result.runtime_seconds, 2),
@@ -564,6 +631,10 @@ def summary_record(result: TrainingResult) -> dict[str, Any]:
         "best_eval_bpb": result.best_eval_bpb,
         **result.final_metrics,
     }
+    if result.base_model is not None:
+        record["base_model"] = result.base_model
+        record.update({f"base_{key}": value for key, value in result.base_metrics.items()})
+    return record
 
 
 def describe_result(result: TrainingResult) -> str:

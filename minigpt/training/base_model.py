@@ -1,0 +1,303 @@
+"""Start a run from a trained model (`model.init_from`): find it, check the config, load it.
+
+The base is what `scripts/generate.py` takes as MODEL (`minigpt.hub.loading.resolve_model`): a
+run folder (its `final/`), a `checkpoint-N`, a model folder, or `ORG/NAME` at a revision in a hub
+folder. A MiniGPT folder loads directly; a stock transformers folder (config.json `model_type` not
+"minigpt") goes through `minigpt.export.importing.import_stock_model`, which converts an
+architecture MiniGPT expresses exactly (GPT-2, GPT-NeoX-style rotary models, ...) or says why not.
+
+The base decides the architecture, the vocabulary and the tokenizer. A `model.*` key the run
+config writes must agree with it, compared key by key over every architecture field, so keys
+added to MiniGPTConfig later are covered too; only `MAY_CHANGE` (and for rotary models
+`ROTARY_MAY_CHANGE`) may differ. The new run gets a fresh optimizer, schedule and step count;
+`--resume` of it reads its own checkpoints, never the base.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from safetensors import SafetensorError
+from transformers import PreTrainedModel, PreTrainedTokenizerFast
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+from ..data.tokenizer import load_tokenizer, tokenizer_fingerprint
+from ..errors import ConfigError, MiniGPTUserError
+from ..export.importing import import_stock_model
+from ..hub.loading import ModelLocation, resolve_model
+from ..model import MiniGPTConfig, MiniGPTForCausalLM
+from ..run_layout import RESOLVED_CONFIG_NAME, model_folder_name
+from .settings import INIT_KEYS, ModelSettings, RunConfig
+
+MAY_CHANGE = ("hidden_dropout", "attention_dropout")  # regularisation, not shapes or function
+ROTARY_MAY_CHANGE = ("max_position_embeddings", "rope_parameters")  # a longer context by rope scaling
+CAUSAL_LM_SUFFIXES = ("ForCausalLM", "LMHeadModel")  # transformers' causal-LM class names (GPT2LMHeadModel)
+
+
+class BaseModelError(ConfigError):
+    """`model.init_from` names no usable base: missing, unreadable, not a causal LM, or contradicted."""
+
+
+@dataclass
+class BaseModel:
+    """A base model as found and read: where it is, what it is, and its architecture."""
+
+    location: ModelLocation
+    model_type: str  # config.json's model_type: "minigpt", or the stock architecture ("gpt2", ...)
+    config: MiniGPTConfig  # the base's architecture (a stock model's as converted)
+    stock_model: PreTrainedModel | None = None  # a converted stock model (loaded to learn its config)
+
+    @property
+    def name(self) -> str:
+        """How the run names its base: `ORG/NAME@revision`, or the folder as given."""
+        if self.location.is_repo:
+            return f"{self.location.name_or_path}@{self.location.revision}"
+        return self.location.name_or_path
+
+    def record(self) -> dict[str, Any]:
+        """The base as the run's summary records it: repo id, revision and commit, or a folder name
+        (never a local path)."""
+        if self.location.is_repo:
+            return {
+                "repo_id": self.location.name_or_path,
+                "revision": self.location.revision,
+                "commit": self.location.local_dir.name,  # a snapshot folder is named by its commit
+                "model_type": self.model_type,
+            }
+        return {"folder": model_folder_name(self.location.name_or_path), "model_type": self.model_type}
+
+
+def find_base_model(model: ModelSettings) -> ModelLocation:
+    """Resolve `model.init_from` (+ revision, hub folder) to a folder; one-line error if there is none."""
+    if model.init_revision is not None and Path(model.init_from).is_dir():
+        raise BaseModelError(
+            f"model.init_revision applies to ORG/NAME in a hub folder, but model.init_from {model.init_from} is a folder"
+        )
+    try:
+        return resolve_model(model.init_from, hub_dir=model.init_hub_dir, revision=model.init_revision)
+    except MiniGPTUserError as err:
+        raise BaseModelError(f"model.init_from: {err}") from None
+
+
+def read_base_model(model: ModelSettings) -> BaseModel:
+    """Find the base and read its architecture (a stock model is converted, so loaded, here)."""
+    location = find_base_model(model)
+    config_file = location.local_dir / "config.json"
+    try:
+        raw = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise BaseModelError(f"model.init_from: cannot read {config_file}: {err}") from None
+    model_type = raw.get("model_type") if isinstance(raw, dict) else None
+    if not isinstance(model_type, str):
+        raise BaseModelError(f"model.init_from: {config_file} names no model_type: not a transformers model")
+    if model_type == MiniGPTConfig.model_type:
+        architectures = raw.get("architectures") or [MiniGPTForCausalLM.__name__]
+        if MiniGPTForCausalLM.__name__ not in architectures:
+            raise _not_a_causal_lm(location, ", ".join(architectures))
+        try:
+            config = MiniGPTConfig.from_pretrained(location.local_dir)
+        except (ValueError, TypeError) as err:
+            raise BaseModelError(f"model.init_from: {config_file}: {err}") from None
+        return BaseModel(location, model_type, config)
+    architectures = [a for a in raw.get("architectures") or [] if isinstance(a, str)]
+    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES or (
+        architectures and not any(a.endswith(CAUSAL_LM_SUFFIXES) for a in architectures)
+    ):
+        named = f" ({', '.join(architectures)})" if architectures else ""
+        raise _not_a_causal_lm(location, f"a {model_type} model{named}")
+    stock = _import_stock(location)
+    return BaseModel(location, model_type, stock.config, stock_model=stock)
+
+
+def _not_a_causal_lm(location: ModelLocation, what: str) -> BaseModelError:
+    return BaseModelError(
+        f"model.init_from: {location.name_or_path} is {what}, not a causal language model: "
+        "a run continues a model that predicts the next token"
+    )
+
+
+def _import_stock(location: ModelLocation) -> PreTrainedModel:
+    try:
+        return import_stock_model(location.local_dir)
+    except MiniGPTUserError as err:  # an option MiniGPT cannot express, in one line
+        raise BaseModelError(f"model.init_from: {err}") from None
+    except (OSError, ValueError, RuntimeError) as err:  # unreadable weights, shapes that do not fit
+        raise BaseModelError(
+            f"model.init_from: cannot load {location.name_or_path}: {_first_line(err)}"
+        ) from None
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+# ---- the run config against the base ------------------------------------------------------------
+
+
+def may_change(base: MiniGPTConfig) -> tuple[str, ...]:
+    """`model.*` keys a run may set to other values than its base has."""
+    return MAY_CHANGE + (ROTARY_MAY_CHANGE if base.position_embedding_type == "rope" else ())
+
+
+def base_architecture(config: MiniGPTConfig) -> dict[str, Any]:
+    """The `model:` section's architecture keys as `config` has them."""
+    return {key: getattr(config, key) for key in ModelSettings().architecture()}
+
+
+def adopt_base_architecture(
+    run: RunConfig, base: MiniGPTConfig, base_name: str
+) -> tuple[RunConfig, MiniGPTConfig]:
+    """The run with the base's architecture in its `model:` section, and the new model's config.
+
+    Every architecture key the config wrote (`run.explicit_keys`) is compared with the base's
+    value, after normalising both through MiniGPTConfig (a null intermediate_size is 4 x hidden,
+    rope_parameters gain their defaults); a difference outside `may_change(base)` raises one line
+    naming the key and both values. Keys the config did not write take the base's value.
+    """
+    written = {
+        key: value for key, value in run.model.architecture().items() if f"model.{key}" in run.explicit_keys
+    }
+    if isinstance(written.get("rope_parameters"), Mapping) and base.rope_parameters:
+        # rope scaling keeps the base's frequencies unless the config names its own rope_theta
+        written["rope_parameters"] = {
+            "rope_theta": base.rope_parameters.get("rope_theta"),
+            **written["rope_parameters"],
+        }
+    try:
+        candidate = MiniGPTConfig.from_dict({**base.to_dict(), **written})
+    except ValueError as err:  # MiniGPTConfig names the field: say it as the YAML key
+        raise ConfigError(str(err).replace("MiniGPTConfig.", "model.")) from None
+    allowed = may_change(base)
+    for key in written:
+        mine, theirs = getattr(candidate, key), getattr(base, key)
+        if mine == theirs:
+            continue
+        if key not in allowed:
+            raise BaseModelError(
+                f"model.{key} is {run.model.architecture()[key]!r} in this config but {theirs!r} in the base "
+                f"model {base_name}: the architecture comes from model.init_from; remove model.{key} "
+                f"(only {', '.join(f'model.{k}' for k in allowed)} may change)"
+            )
+    if candidate.position_embedding_type == "rope":
+        base_theta, new_theta = (c.rope_parameters.get("rope_theta") for c in (base, candidate))
+        if new_theta != base_theta:
+            raise BaseModelError(
+                f"model.rope_parameters rope_theta is {new_theta!r} in this config but {base_theta!r} in the "
+                f"base model {base_name}: only the scaling (rope_type, factor, ...) may change"
+            )
+    init = {key: getattr(run.model, key) for key in INIT_KEYS}
+    model = ModelSettings(**init, **base_architecture(candidate))
+    return dataclasses.replace(run, model=model), candidate
+
+
+def adopt_saved_settings(run: RunConfig, checkpoint_dir: str | Path) -> RunConfig:
+    """For `--resume` of a run started from a base: the `model:` keys and `tokenizer.path` the config
+    does not write are taken from the checkpoint's resolved config (what the start adopted from the
+    base), so the usual resume comparison sees only what the config changed. The base is not read."""
+    saved_file = Path(checkpoint_dir) / RESOLVED_CONFIG_NAME
+    if not saved_file.is_file():
+        return run
+    saved = yaml.safe_load(saved_file.read_text(encoding="utf-8")) or {}
+    saved_model = saved.get("model") or {}
+    values = dataclasses.asdict(run.model)
+    for key in values:
+        if f"model.{key}" not in run.explicit_keys and key in saved_model:
+            values[key] = saved_model[key]
+    tokenizer = run.tokenizer
+    saved_path = (saved.get("tokenizer") or {}).get("path")
+    if "tokenizer.path" not in run.explicit_keys and isinstance(saved_path, str):
+        tokenizer = dataclasses.replace(tokenizer, path=saved_path)
+    return dataclasses.replace(run, model=ModelSettings(**values), tokenizer=tokenizer)
+
+
+def record_base_location(run: RunConfig, location: ModelLocation) -> RunConfig:
+    """The run as its resolved config records the base: for ORG/NAME the revision it resolved
+    (main when unset), for a folder no revision; the tokenizer path is the base's folder."""
+    model = dataclasses.replace(run.model, init_revision=location.revision if location.is_repo else None)
+    tokenizer = dataclasses.replace(run.tokenizer, path=str(location.local_dir))
+    return dataclasses.replace(run, model=model, tokenizer=tokenizer)
+
+
+# ---- tokenizer and weights -----------------------------------------------------------------------
+
+
+def load_base_tokenizer(run: RunConfig, base: BaseModel) -> PreTrainedTokenizerFast:
+    """The base's tokenizer. A `tokenizer.path` the config writes must hold that same tokenizer."""
+    folder = base.location.local_dir
+    if not (folder / "tokenizer.json").is_file():
+        raise BaseModelError(
+            f"model.init_from: {base.location.name_or_path} has no tokenizer (tokenizer.json): "
+            "a base model carries the tokenizer it was trained with"
+        )
+    tokenizer = load_tokenizer(folder)
+    if "tokenizer.path" in run.explicit_keys:
+        own = Path(run.tokenizer.path)
+        other = load_tokenizer(own) if (own / "tokenizer.json").is_file() else None
+        if other is None or tokenizer_fingerprint(other) != tokenizer_fingerprint(tokenizer):
+            what = "another tokenizer" if other is not None else "no tokenizer"
+            raise BaseModelError(
+                f"tokenizer.path {own} holds {what} than the base model {base.name}'s: with model.init_from "
+                "the tokenizer comes from the base; remove tokenizer.path"
+            )
+    return tokenizer
+
+
+def load_base_weights(base: BaseModel, config: MiniGPTConfig, attn_implementation: str) -> PreTrainedModel:
+    """The base's weights in a MiniGPT built from `config` (the base's architecture with the allowed
+    changes), in float32 for training, with the run's attention kernel."""
+    if base.stock_model is not None:
+        model = MiniGPTForCausalLM(config)
+        try:
+            model.load_state_dict(base.stock_model.state_dict(), strict=True)
+        except RuntimeError as err:
+            raise BaseModelError(
+                f"model.init_from: {base.location.name_or_path}: {_first_line(err)}"
+            ) from None
+        base.stock_model = None  # one copy of the weights is enough
+        model.set_attn_implementation(attn_implementation)
+        return model.float()
+    try:
+        model, info = MiniGPTForCausalLM.from_pretrained(
+            base.location.local_dir,
+            config=config,
+            dtype=torch.float32,
+            attn_implementation=attn_implementation,
+            output_loading_info=True,
+        )
+    except (OSError, ValueError, RuntimeError, SafetensorError) as err:  # missing, truncated, unreadable
+        raise BaseModelError(
+            f"model.init_from: cannot load the weights of {base.name}: {_first_line(err)}"
+        ) from None
+    tied = set(getattr(model, "all_tied_weights_keys", None) or ())
+    missing = [key for key in info["missing_keys"] if key not in tied]
+    if missing or info["unexpected_keys"] or info.get("mismatched_keys"):
+        problems = missing or info["unexpected_keys"] or info["mismatched_keys"]
+        raise BaseModelError(
+            f"model.init_from: the weights of {base.name} do not fit its config.json ({len(problems)} "
+            f"tensors missing, unexpected or of another shape, e.g. {problems[0]})"
+        )
+    return model
+
+
+__all__ = [
+    "MAY_CHANGE",
+    "ROTARY_MAY_CHANGE",
+    "BaseModel",
+    "BaseModelError",
+    "adopt_base_architecture",
+    "adopt_saved_settings",
+    "find_base_model",
+    "load_base_tokenizer",
+    "load_base_weights",
+    "may_change",
+    "read_base_model",
+    "record_base_location",
+]
