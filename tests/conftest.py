@@ -106,7 +106,8 @@ def minigpt_cache_dir(tmp_path_factory):
 @pytest.fixture
 def subprocess_env(tmp_path):
     """Environment for a child Python: offline, run from a folder outside the repo."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH="")
+    # PYTHONPATH: the checkout under test, not whichever one the editable install points at.
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(REPO_ROOT))
     env["HF_HOME"] = str(tmp_path / "hf_home")
     return env
 

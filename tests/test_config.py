@@ -167,6 +167,12 @@ BAD_OVERRIDES = [
     ("training.max_steps", "section.key=value", ""),
     ("training.optim=adamw", "training.optim", "adamw_torch"),
     ("model.init_revision=v1", "model.init_revision", "needs model.init_from"),
+    ("training.optim=muonn", "training.optim", "'muon'"),
+    ("training.muon_learning_rate=0", "training.muon_learning_rate", "positive"),
+    ("training.muon_momentum=1", "training.muon_momentum", "[0, 1)"),
+    ("training.muon_weight_decay=-0.1", "training.muon_weight_decay", ">= 0"),
+    ("training.muon_ns_steps=0", "training.muon_ns_steps", "1..99"),
+    ("training.muon_adjust_lr=match_rms", "training.muon_adjust_lr", "match_rms_adamw"),
 ]
 
 

@@ -70,17 +70,29 @@ def reference(tmp_path_factory) -> dict:
     return run_in_process(folder / "run", folder / "result")
 
 
-def test_sigkill_at_a_random_step_then_resume_is_bitwise_identical(reference, tmp_path, subprocess_env):
+@pytest.fixture(scope="module")
+def muon_reference(tmp_path_factory) -> dict:
+    """The same run with Muon on the matrices and AdamW on the rest (one optimizer.pt holds both)."""
+    folder = tmp_path_factory.mktemp("muon_reference")
+    return run_in_process(folder / "run", folder / "result", "--optim", "muon")
+
+
+@pytest.mark.parametrize("optim", ["adamw", "muon"])
+def test_sigkill_at_a_random_step_then_resume_is_bitwise_identical(optim, request, tmp_path, subprocess_env):
+    expected = request.getfixturevalue("reference" if optim == "adamw" else "muon_reference")
     kill_step = random.Random().randrange(5, 12)  # after the first checkpoint; 12 is the last step
     output_dir = tmp_path / "run"
-    process = start_worker(output_dir, subprocess_env, "--kill-at-step", str(kill_step))
+    process = start_worker(output_dir, subprocess_env, "--kill-at-step", str(kill_step), "--optim", optim)
     output = process.communicate(timeout=300)[0]
     assert process.returncode == -signal.SIGKILL, output
 
     last_saved = (kill_step - 1) // 4 * 4  # killed at the end of kill_step, before its own save
     assert find_resume_checkpoint(output_dir) == str(output_dir / f"checkpoint-{last_saved}")
-    resumed = run_in_process(output_dir, tmp_path / "result", "--resume")
-    assert_same_run(reference, resumed, last_saved)
+    if optim == "muon":  # both optimizers' state is in the checkpoint, Muon's momentum included
+        state = torch.load(output_dir / f"checkpoint-{last_saved}" / "optimizer.pt", weights_only=True)
+        assert set(state) == {"adamw", "muon"} and state["muon"]["state"]
+    resumed = run_in_process(output_dir, tmp_path / "result", "--resume", "--optim", optim)
+    assert_same_run(expected, resumed, last_saved)
 
 
 def test_kill_during_a_checkpoint_write_keeps_the_previous_one_and_resumes_exactly(

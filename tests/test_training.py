@@ -188,14 +188,19 @@ def train_losses(tmp_path: Path, tokenizer_dir: Path, *overrides: str) -> list[f
     return [r["loss"] for r in result.log_history if "loss" in r]
 
 
-def test_accumulation_2_x_batch_4_equals_batch_8(tmp_path, tokenizer_dir, monkeypatch):
+@pytest.mark.parametrize("optim", ["adamw_torch_fused", "muon"])
+def test_accumulation_2_x_batch_4_equals_batch_8(tmp_path, tokenizer_dir, monkeypatch, optim):
     monkeypatch.chdir(REPO)  # the smoke config names data/tinyshakespeare.txt relative to the repo
-    batch_8 = train_losses(tmp_path / "b8", tokenizer_dir, "hardware.per_device_train_batch_size=8")
+    optimizer = [f"training.optim={optim}", "training.muon_learning_rate=3e-3"]
+    batch_8 = train_losses(
+        tmp_path / "b8", tokenizer_dir, "hardware.per_device_train_batch_size=8", *optimizer
+    )
     accumulated = train_losses(
         tmp_path / "b4x2",
         tokenizer_dir,
         "hardware.per_device_train_batch_size=4",
         "hardware.gradient_accumulation_steps=2",
+        *optimizer,
     )
     assert len(batch_8) == len(accumulated) == 6
     for step, (a, b) in enumerate(zip(batch_8, accumulated, strict=True), start=1):
@@ -251,6 +256,85 @@ def test_weight_decay_lands_on_exactly_the_weight_matrices(
     trainer = tiny_trainer(tmp_path, tokenizer_dir, *overrides)
     assert decayed_parameter_names(trainer) == expected
     assert all(g["weight_decay"] in (0.0, 0.1) for g in trainer.optimizer.param_groups)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        (),
+        ("model.tie_word_embeddings=false",),
+        ("model.norm_type=rmsnorm", "model.qk_norm=true", "model.mlp_type=gated"),
+    ],
+    ids=["default", "untied_head", "llama_style"],
+)
+def test_muon_takes_the_block_matrices_and_adamw_the_rest(tmp_path, tokenizer_dir, monkeypatch, overrides):
+    monkeypatch.chdir(REPO)
+    trainer = tiny_trainer(
+        tmp_path, tokenizer_dir, "training.optim=muon", "training.muon_learning_rate=0.01", *overrides
+    )
+    optimizer = trainer.create_optimizer()
+    by_optimizer = {
+        name: {n for g in inner.param_groups for n in g["param_names"]}
+        for name, inner in optimizer.optimizers.items()
+    }
+    everything = {n for n, _ in trainer.model.named_parameters()}
+    assert by_optimizer["muon"] == MATRICES and by_optimizer["adamw"] == everything - MATRICES
+    (muon_group,) = optimizer.optimizers["muon"].param_groups
+    assert (muon_group["lr"], muon_group["weight_decay"], muon_group["adjust_lr_fn"]) == (
+        0.01,
+        0.1,
+        "match_rms_adamw",
+    )
+    # AdamW keeps training.learning_rate and decays only the matrices it holds (an untied head).
+    decayed = {
+        n
+        for g in optimizer.optimizers["adamw"].param_groups
+        if g["weight_decay"] > 0
+        for n in g["param_names"]
+    }
+    assert decayed == ({"lm_head.weight"} if overrides == ("model.tie_word_embeddings=false",) else set())
+    assert {g["lr"] for g in optimizer.optimizers["adamw"].param_groups} == {trainer.args.learning_rate}
+
+
+def test_muon_run_schedules_both_groups_with_bf16_accumulation_and_clipping(
+    tmp_path, tokenizer_dir, monkeypatch
+):
+    """Through Trainer's loop (Accelerate's prepare() reloads the optimizer state, the scheduler steps
+    it): each group follows warmup + cosine from its own peak down to the same fraction of it."""
+    monkeypatch.chdir(REPO)
+    seen: list[tuple[float, float, float]] = []
+
+    class RecordLearningRates(TrainerCallback):
+        def on_step_end(self, args, state, control, optimizer=None, **kwargs):
+            inner = optimizer.optimizer.optimizers  # Accelerate's wrapper around the CompositeOptimizer
+            lrs = [g["lr"] for name in ("adamw", "muon") for g in inner[name].param_groups]
+            assert len(set(lrs[:-1])) == 1  # AdamW's groups move together
+            seen.append((state.global_step, lrs[0], lrs[-1]))
+
+    steps = 8
+    run = smoke_run(
+        tmp_path,
+        tokenizer_dir,
+        *(f"training.max_steps={steps}", "training.warmup_steps=2", "training.logging_steps=1"),
+        *("training.eval_steps=100", "training.save_steps=100", "training.sample_steps=0"),
+        *("training.optim=muon", "training.muon_learning_rate=0.02", "training.muon_adjust_lr=original"),
+        *("hardware.bf16=true", "hardware.gradient_accumulation_steps=2", "training.max_grad_norm=0.5"),
+    )
+    result = run_training(run, callbacks=[RecordLearningRates()])
+    t = run.training
+    assert [step for step, _, _ in seen] == list(range(1, steps + 1))
+    for step, adamw_lr, muon_lr in seen:  # the LR after `step` optimizer steps, as the schedule sets it
+        warmup = min(step / t.warmup_steps, 1.0)
+        progress = max(step - t.warmup_steps, 0) / (steps - t.warmup_steps)
+        floor = t.min_learning_rate / t.learning_rate
+        factor = warmup * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress)))
+        assert adamw_lr == pytest.approx(t.learning_rate * factor), step
+        assert muon_lr == pytest.approx(t.muon_learning_rate * factor), step
+    records = [r for r in result.log_history if "loss" in r]
+    # Trainer logs the LR each step ran with (AdamW's: group 0), set by the scheduler one step before.
+    assert [r["learning_rate"] for r in records] == pytest.approx([0.0] + [lr for _, lr, _ in seen][:-1])
+    assert max(r["grad_norm"] for r in records) > 0.5  # clipping had something to clip
+    assert records[-1]["loss"] < records[0]["loss"] - 0.1  # 8 steps, 2 of them warmup
 
 
 def test_stop_from_another_thread_saves_a_checkpoint_and_returns(tmp_path, tokenizer_dir, monkeypatch):

@@ -46,6 +46,10 @@ LR_SCHEDULER_TYPES = (
     "constant_with_warmup",
     "constant",
 )
+# torch.optim.Muon's adjust_lr_fn: "original" scales the LR by sqrt(max(1, rows/cols)) (Jordan et al.
+# 2024); "match_rms_adamw" by 0.2 sqrt(max(rows, cols)), so the update's RMS is AdamW's typical
+# 0.2 x LR and AdamW's LR and decay carry over (Liu et al. 2025, "Muon is scalable for LLM training").
+MUON_ADJUST_LR_CHOICES = ("match_rms_adamw", "original")
 REPORT_TO_CHOICES = ("none", "tensorboard", "wandb", "trackio", "mlflow", "all")
 
 
@@ -178,6 +182,14 @@ class TrainingSettings:
     adam_beta2: float = 0.95  # AdamW second-moment decay (0.95 as in GPT-3 / nanoGPT)
     adam_epsilon: float = 1e-8  # AdamW epsilon
     optim: str = "adamw_torch_fused"  # Trainer optimizer name; the fused AdamW kernel runs on CPU and GPU
+    # "muon" (not a Trainer name): Muon on the blocks' weight matrices, fused AdamW with the keys
+    # above on embeddings, output head, norms and biases; the schedule scales both groups alike.
+    muon_learning_rate: float = 1e-3  # Muon's peak LR; its floor is the same fraction of it as AdamW's
+    muon_adjust_lr: str = "match_rms_adamw"  # LR scale per matrix shape, see MUON_ADJUST_LR_CHOICES
+    muon_momentum: float = 0.95  # Muon's momentum (Nesterov, see muon_nesterov)
+    muon_nesterov: bool = True  # Nesterov momentum, as in Jordan et al. 2024
+    muon_weight_decay: float = 0.1  # Muon's decoupled weight decay (times the scheduled muon LR)
+    muon_ns_steps: int = 5  # Newton-Schulz iterations that orthogonalise each update (1-99)
     max_grad_norm: float = 1.0  # clip the global gradient norm to this (0 disables clipping)
     seed: int = 42  # seeds Python, NumPy and torch (init, dropout, data order)
     logging_steps: int = 10  # log a line and a metrics.jsonl record every this many steps
@@ -220,6 +232,17 @@ class TrainingSettings:
                 "needs training.lr_scheduler_type=warmup_stable_decay (its decay is placed from the planned end)",
                 self.max_time,
             )
+        lr, momentum, decay, steps = (
+            self.muon_learning_rate,
+            self.muon_momentum,
+            self.muon_weight_decay,
+            self.muon_ns_steps,
+        )
+        require(lr > 0, "training.muon_learning_rate", "must be positive", lr)
+        require(0 <= momentum < 1, "training.muon_momentum", "must be in [0, 1)", momentum)
+        require(decay >= 0, "training.muon_weight_decay", "must be >= 0", decay)
+        require(0 < steps < 100, "training.muon_ns_steps", "must be in 1..99", steps)
+        require_choice(self.muon_adjust_lr, MUON_ADJUST_LR_CHOICES, "training.muon_adjust_lr")
         for name in [self.report_to] if isinstance(self.report_to, str) else self.report_to:
             require_choice(name, REPORT_TO_CHOICES, "training.report_to")
         if self.save_total_limit is not None:

@@ -60,6 +60,7 @@ from .callbacks import (
 )
 from .checkpoints import AtomicCheckpointTrainer, check_resume_compatible, find_resume_checkpoint
 from .interrupt import StopController
+from .optimizers import AUX_ADAMW, MUON, muon_with_adamw
 from .plotting import plot_loss_curves
 from .run_config import check_fits_model
 from .run_folder import (
@@ -114,11 +115,13 @@ class MiniGPTTrainer(AtomicCheckpointTrainer):
         throughput: ThroughputMeter | None = None,
         bits_per_byte: Callable[[float], float] | None = None,
         schedule: WarmupStableDecay | None = None,
+        muon_kwargs: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.schedule = schedule  # warmup_stable_decay's multiplier; None: Trainer's own schedules
         self.decay_embeddings = decay_embeddings
+        self.muon_kwargs = muon_kwargs  # torch.optim.Muon's keywords under training.optim muon, else None
         self.throughput = throughput
         self.bits_per_byte = bits_per_byte  # validation loss (nats/token) -> bits per UTF-8 byte
 
@@ -150,6 +153,17 @@ class MiniGPTTrainer(AtomicCheckpointTrainer):
         if self.lr_scheduler is None:
             self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer or self.optimizer, self.schedule)
         return self.lr_scheduler
+    def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer:
+        """Trainer's optimizer, or under `training.optim: muon` Muon on the hidden matrices and
+        Trainer's AdamW on the rest (optimizers.py); Trainer schedules, clips, steps and saves it."""
+        if self.muon_kwargs is None or self.optimizer is not None:
+            return super().create_optimizer(model)
+        if self.is_fsdp_enabled or self.is_deepspeed_enabled:  # they hand the optimizer shards of a matrix
+            raise ConfigError("training.optim muon needs whole matrices: use DDP, not FSDP or DeepSpeed")
+        model = self.model if model is None else model
+        decayed = self.get_decay_parameter_names(model)
+        self.optimizer = muon_with_adamw(model, self.args, decayed, self.muon_kwargs)
+        return self.optimizer
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """Add tokens/s, MFU and tokens seen to training records; perplexity and bits/byte to eval ones."""
@@ -191,7 +205,7 @@ def _training_arguments(
         adam_beta1=t.adam_beta1,
         adam_beta2=t.adam_beta2,
         adam_epsilon=t.adam_epsilon,
-        optim=t.optim,
+        optim=AUX_ADAMW if t.optim == MUON else t.optim,  # muon: the AdamW for what Muon does not take
         max_grad_norm=t.max_grad_norm,
         seed=t.seed,
         logging_strategy="steps",
@@ -237,8 +251,23 @@ def build_model_config(model: ModelSettings, tokenizer: PreTrainedTokenizerBase)
 
 
 def check_optimizer_name(training: TrainingSettings) -> None:
-    """`training.optim` must be one of Trainer's optimizer names (known only once transformers is imported)."""
-    require_choice(training.optim, [name.value for name in OptimizerNames], "training.optim")
+    """`training.optim` must be one of Trainer's optimizer names (known only once transformers is
+    imported) or "muon"."""
+    require_choice(training.optim, [*(name.value for name in OptimizerNames), MUON], "training.optim")
+
+
+def muon_kwargs(training: TrainingSettings) -> dict[str, Any] | None:
+    """torch.optim.Muon's keywords from the `training.muon_*` keys, or None unless training.optim is muon."""
+    if training.optim != MUON:
+        return None
+    return {
+        "lr": training.muon_learning_rate,
+        "momentum": training.muon_momentum,
+        "nesterov": training.muon_nesterov,
+        "weight_decay": training.muon_weight_decay,
+        "ns_steps": training.muon_ns_steps,
+        "adjust_lr_fn": training.muon_adjust_lr,
+    }
 
 
 def build_model(run: RunConfig, tokenizer: PreTrainedTokenizerBase) -> PreTrainedModel:
@@ -384,6 +413,7 @@ def build_trainer(
         resolved_config=run.to_dict(),
         stop_controller=stop_controller,
         decay_embeddings=run.training.decay_embeddings,
+        muon_kwargs=muon_kwargs(run.training),
         throughput=meter,
         bits_per_byte=bits_per_byte,
         schedule=schedule,
