@@ -88,6 +88,10 @@ class TrainingResult:
     log_history: list[dict[str, Any]] = field(repr=False, default_factory=list)
 
 
+class _EvaluationStopped(Exception):
+    """A stop was requested during an evaluation inside training: the rest of it is skipped."""
+
+
 class MiniGPTTrainer(AtomicCheckpointTrainer):
     """Trainer with MiniGPT's weight-decay groups and derived metrics in every log record.
 
@@ -123,6 +127,31 @@ class MiniGPTTrainer(AtomicCheckpointTrainer):
             for param_name, _ in module.named_parameters(recurse=False)
         }
         return [name for name in names if name not in embedding_params]
+
+    def prediction_step(
+        self, model: nn.Module, inputs: Any, prediction_loss_only: bool, ignore_keys: Any = None
+    ) -> Any:
+        """Trainer's, but a stop requested mid-evaluation skips the rest (see `evaluate`)."""
+        controller = self.stop_controller
+        if controller is not None and controller.stop_requested and self.args.world_size == 1:
+            raise _EvaluationStopped  # several processes would have to agree on the batch: not cut
+        return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
+
+    def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
+        """Trainer's, except that Ctrl-C during an evaluation inside training does not wait for the
+        whole validation set: the evaluation is dropped (nothing logged) and the run saves and stops."""
+        try:
+            return super().evaluate(*args, **kwargs)
+        except _EvaluationStopped:
+            for callback in self.callback_handler.callbacks:  # the evaluation's progress bar
+                if isinstance(callback, ProgressCallback) and callback.prediction_bar is not None:
+                    callback.prediction_bar.close()
+                    callback.prediction_bar = None
+            self.control.should_save = True
+            self.control.should_training_stop = True
+            if self.stop_controller is not None:
+                self.stop_controller.stopped_at_step = self.state.global_step
+            return {}
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """Add tokens/s, MFU and tokens seen to training records; perplexity and bits/byte to eval ones."""
@@ -457,7 +486,8 @@ def run_training(
     if main:
         with atomic_write_file(output_dir / SUMMARY_FILE) as handle:
             json.dump(summary_record(result), handle, indent=2)
-        print(describe_result(result), flush=True)
+        if stop_controller.signum is None:  # a signal's one line has said what happened
+            print(describe_result(result), flush=True)
     return result
 
 
