@@ -21,6 +21,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
+from .distributed import is_main_process
+
 USER_ERROR_EXIT_CODE = 2
 INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, what shells report for a Ctrl-C
 INTERRUPTED_LINE = "interrupted: nothing was left half-written"
@@ -177,8 +179,9 @@ def run_cli(main: Callable[[], int | None]) -> None:
         try:
             code = main()
         except MiniGPTUserError as err:
-            message = " ".join(str(err).split())  # one line, whatever the message held
-            print(f"error: {message}", file=sys.stderr)
+            if is_main_process():  # under `accelerate launch` every process finds it: say it once
+                message = " ".join(str(err).split())  # one line, whatever the message held
+                print(f"error: {message}", file=sys.stderr)
             sys.exit(USER_ERROR_EXIT_CODE)
         except BaseException as err:
             if guard.interrupted:  # whatever the interruption raised on its way up
