@@ -14,8 +14,6 @@ from __future__ import annotations
 import argparse
 
 from minigpt.errors import run_cli
-from minigpt.hub import store as hub
-from minigpt.hub.publishing import publish
 
 
 def parse_args() -> argparse.Namespace:
@@ -37,6 +35,9 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    from minigpt.hub import store as hub  # heavy: only once the arguments are good
+    from minigpt.hub.publishing import publish
+
     hub_dir = args.hub_dir or hub.default_hub_dir()
     if args.log:
         for commit in hub.history(hub_dir, args.repo_id):
