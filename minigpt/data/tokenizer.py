@@ -129,7 +129,7 @@ def training_data(data: DataSettings, train_bytes: int | None = None) -> Trainin
     return TrainingData(
         files=list_sources(train_paths),
         fingerprint=content_fingerprint(train_paths, portable=True),
-        split=split_settings(data, fmt),
+        split=split_settings(data, fmt, len(train_paths)),
         train_bytes=train_bytes,
     )
 

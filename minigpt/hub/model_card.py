@@ -160,7 +160,10 @@ def _held_out(data: Mapping[str, Any]) -> str:
     fraction = data.get("validation_fraction")
     if not isinstance(fraction, int | float):
         return "a held-out part of that text"
-    if data.get("validation_split") == "random":
+    method = data.get("validation_split")
+    if method == "auto":  # as DataSettings.split_method decides it
+        method = "random" if len(data.get("train_files") or []) > 1 else "tail"
+    if method == "random":
         return f"{fraction:.0%} of its documents, drawn with seed {data.get('seed')} and held out"
     return f"the last {fraction:.0%} of that text (held out, never trained on)"
 
