@@ -12,6 +12,8 @@ The printed snapshot folder is what `huggingface_hub.upload_folder` sends to the
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 from minigpt.errors import run_cli
 
@@ -51,6 +53,11 @@ def main() -> None:
         print(f"committed {commit.commit_id} to {args.repo_id} ({len(commit.files)} files)")
     else:
         print(f"no changes since {commit.commit_id}; main not moved")
+    source = Path(args.source)
+    if commit.created and source.name.startswith("checkpoint-"):
+        final = source.parent / "final"
+        newer = f", not the run's final model in {final}" if final.is_dir() else ""
+        print(f"note: main now points to {source.name}, a checkpoint{newer}", file=sys.stderr)
     if commit.refs:
         print(f"refs: {', '.join(commit.refs)}")
     print(f"snapshot: {commit.snapshot_dir(hub_dir, args.repo_id)}")

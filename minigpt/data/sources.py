@@ -53,7 +53,7 @@ class RawSplit:
 
     def describe(self) -> str:
         return (
-            f"the {self.name} split ({self.bytes:,} bytes, {self.rows:,} rows, {self.documents:,} documents)"
+            f"the {self.name} split ({self.bytes:,} bytes, {self.rows:,} rows, {plural(self.documents, 'document')})"
         )
 
 
@@ -129,7 +129,7 @@ def resolve_files(entries: str | list[str], role: str, exclude: Sequence[str] = 
                 raise DataError(f"{role} folder {entry} is empty of text files{reasons}")
             if skipped:
                 _say_once(
-                    f"{role} folder {entry}: {len(files):,} text files, skipped {sum(skipped.values()):,} "
+                    f"{role} folder {entry}: {plural(len(files), 'text file')}, skipped {sum(skipped.values()):,} "
                     f"({_describe_skips(skipped)})"
                 )
             found.extend(files)
@@ -151,6 +151,11 @@ COMPILED_FOLDERS = frozenset(("__pycache__",))
 SNIFF_BYTES = 8192  # bytes read from the start of a file in a folder to tell text from binary
 BINARY_INVALID_SHARE = 0.1  # more undecodable characters than this in those bytes: a binary file
 _said: set[str] = set()
+
+
+def plural(count: int, noun: str) -> str:
+    """`1 document`, `2 documents`, `1,234 documents`."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
 def _skip_reason(path: Path, root: Path, exclude: Sequence[str]) -> str | None:

@@ -403,10 +403,6 @@ def run_training(
         removed = claim_output_dir(output_dir, overwrite=run.training.overwrite_output_dir)
         if removed:
             print(f"training.overwrite_output_dir: removed the previous run's {', '.join(removed)}", flush=True)
-    if main:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        with atomic_write_file(output_dir / RESOLVED_CONFIG_NAME) as handle:
-            handle.write(run.to_yaml())
 
     with args.main_process_first(desc="tokenizer and data"):  # one process trains and caches, others load
         tokenizer = load_or_train_tokenizer(
@@ -442,6 +438,10 @@ def run_training(
         stop_controller=stop_controller,
     )
     if main:
+        # Only now that the run can start: a start refused for its data or settings leaves no run file.
+        output_dir.mkdir(parents=True, exist_ok=True)
+        with atomic_write_file(output_dir / RESOLVED_CONFIG_NAME) as handle:
+            handle.write(run.to_yaml())
         peak = trainer.throughput.peak_flops if trainer.throughput is not None else None
         print(describe_run(run, model, args, len(corpus.train), len(corpus.validation), peak), flush=True)
 
