@@ -40,10 +40,11 @@ from ..atomic import atomic_output_dir, atomic_write_file
 from ..data.compatibility import check_compatible
 from ..data.corpus import prepare_corpus
 from ..data.tokenizer import check_existing_tokenizer, load_or_train_tokenizer
+from ..distributed import is_main_process
 from ..errors import ConfigError
 from ..model import MiniGPTConfig
 from ..progress import transformers_progress_bars
-from .busy_cores import BusyCoresCallback
+from .busy_cores import BusyCoresCallback, choose_threads
 from .callbacks import (
     LogLineProgressCallback,
     MetricsFileCallback,
@@ -282,16 +283,33 @@ def generation_defaults(model_config: MiniGPTConfig, training: TrainingSettings)
     )
 
 
-def apply_cpu_settings(hardware: HardwareSettings) -> None:
+def apply_cpu_settings(hardware: HardwareSettings, say: bool = True, choose: bool = True) -> int | None:
     """Thread count and denormal flushing, for the rest of the process.
 
-    Both are process-wide from here on (torch's intra-op worker threads flush too).
+    Both are process-wide from here on (torch's intra-op worker threads flush too). With
+    `torch_num_threads: null` on a CPU the run starts with a thread per free core (busy_cores);
+    returns the cores it may use then (the thread count may move during the run), else None.
+    `choose=False` keeps torch's default of a thread per core (benchmarks compare like with like).
     """
+    if hardware.flush_denormal:
+        torch.set_flush_denormal(True)  # False where the CPU cannot (no x86 DAZ): nothing to gain there
     if hardware.torch_num_threads is not None:
         # Oversubscribed cores (other jobs, several processes) stall torch's thread pool badly.
         torch.set_num_threads(hardware.torch_num_threads)
-    if hardware.flush_denormal:
-        torch.set_flush_denormal(True)  # False where the CPU cannot (no x86 DAZ): nothing to gain there
+        return None
+    if not choose or not (hardware.use_cpu or not torch.cuda.is_available()):
+        return None
+    available = torch.get_num_threads()
+    threads, share = choose_threads(available)
+    if threads != available:
+        torch.set_num_threads(threads)
+        if say:
+            print(
+                f"cores busy: this process got {share:.0%} of {available} cores, so it trains with {threads} "
+                f"thread(s) and checks again as it goes (hardware.torch_num_threads sets a fixed count)",
+                flush=True,
+            )
+    return available
 
 
 def resolve_hardware(hardware: HardwareSettings) -> HardwareSettings:
@@ -334,8 +352,12 @@ def build_trainer(
     bits_per_byte: Callable[[float], float] | None = None,
     callbacks: Sequence[TrainerCallback] = (),
     stop_controller: StopController | None = None,
+    max_threads: int | None = None,
 ) -> MiniGPTTrainer:
-    """The run's Trainer, with MiniGPT's callbacks: step timer, log lines, metrics.jsonl, samples."""
+    """The run's Trainer, with MiniGPT's callbacks: step timer, log lines, metrics.jsonl, samples.
+
+    `max_threads`: the cores a run with a chosen thread count may use (apply_cpu_settings).
+    """
     output_dir = Path(run.training.output_dir)
     tokens_per_step = effective_batch_size(run.hardware, args.world_size) * run.data.block_size
     with args.main_process_first(desc="peak FLOP/s"):  # one process measures, the others read the cache
@@ -364,8 +386,13 @@ def build_trainer(
             seed=run.training.seed,
         ),
     ]
-    if args.device.type == "cpu" and torch.get_num_threads() > 1:  # one thread cannot stall this way
-        own_callbacks.append(BusyCoresCallback())
+    if args.device.type == "cpu" and (torch.get_num_threads() > 1 or (max_threads or 0) > 1):
+        # One thread cannot stall this way; a thread count the run chose moves with the free cores.
+        own_callbacks.append(
+            BusyCoresCallback(
+                adapt=max_threads is not None, max_threads=max_threads, peak_threads=torch.get_num_threads()
+            )
+        )
     trainer = MiniGPTTrainer(
         model=model,
         args=args,
@@ -417,7 +444,8 @@ def run_training(
     the main thread. `resume=True` continues from the newest complete checkpoint in output_dir.
     """
     started = time.perf_counter()
-    apply_cpu_settings(run.hardware)  # threads and denormal flushing, before any torch work
+    # Threads and denormal flushing, before any torch work (the main process says what it chose).
+    max_threads = apply_cpu_settings(run.hardware, say=is_main_process())
     check_optimizer_name(run.training)
     stop_controller = stop_controller or StopController()
     output_dir = Path(run.training.output_dir)
@@ -467,6 +495,7 @@ def run_training(
         bits_per_byte=corpus.validation_stats.bits_per_byte,  # loss x tokens / bytes / ln 2
         callbacks=callbacks,
         stop_controller=stop_controller,
+        max_threads=max_threads,
     )
     if main:
         # Only now that the run can start: a start refused for its data or settings leaves no run file.
