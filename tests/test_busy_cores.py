@@ -12,7 +12,6 @@ import torch
 
 from minigpt.training.busy_cores import (
     EXPECTED_MFU,
-    RECHECK_WINDOWS,
     BusyCoresCallback,
     SlowdownDetector,
     choose_threads,
@@ -53,23 +52,50 @@ def test_the_absolute_expectation_warns_even_when_the_start_was_slow_too():
     assert all(healthy.observe(5000.0, mfu=0.3) is None for _ in range(5))
 
 
-def test_the_run_moves_its_thread_count_with_the_free_cores(capsys):
+def test_the_run_keeps_the_thread_count_that_trains_faster(capsys):
+    """Steps cost what a fake clock says for each thread count: 2 threads are fast, then a busy
+    core makes them 10x slower than 1 thread; later the core is free again."""
     previous = torch.get_num_threads()
-    shares = iter([0.6, 0.98])  # busy when speed collapses, free again at a later check
-    callback = BusyCoresCallback(adapt=True, max_threads=2, peak_threads=2, probe=lambda threads: next(shares))
+    cost = {2: 0.1, 1: 0.15}
+    now = [0.0]
+
+    def clock() -> float:
+        return now[0]
+
+    callback = BusyCoresCallback(
+        adapt=True, max_threads=2, peak_threads=2, probe=lambda threads: 0.6, recheck_steps=50, clock=clock
+    )
     state = SimpleNamespace(global_step=0, is_world_process_zero=True)
+
+    def steps(n: int) -> None:
+        for _ in range(n):
+            state.global_step += 1
+            callback.on_step_begin(None, state, None)
+            now[0] += cost[torch.get_num_threads()]
+            callback.on_step_end(None, state, None)
+
     try:
         torch.set_num_threads(2)
-        for step, tps in enumerate([900.0, 5000.0, 5100.0, 1200.0], start=1):  # collapses at step 4
-            state.global_step = step * 10
-            callback.on_log(None, state, None, logs={"tokens_per_second": tps})
-        assert torch.get_num_threads() == 1 and callback.changes == [(40, 2, 1)]
-        for step in range(5, 5 + RECHECK_WINDOWS):  # one thread, steady: re-checked after a while
-            state.global_step = step * 10
-            callback.on_log(None, state, None, logs={"tokens_per_second": 4000.0})
-        assert torch.get_num_threads() == 2 and callback.changes[-1] == (140, 1, 2)
+        steps(30)
+        assert torch.get_num_threads() == 2 and callback.changes == []  # steady: no trial yet
+        cost[2] = 1.5  # a busy core
+        steps(20)
+        assert torch.get_num_threads() == 1 and callback.changes[0][1:] == (2, 1)
+        cost[2] = 0.1  # free again: the periodic trial of 2 threads finds it
+        steps(60)
+        assert torch.get_num_threads() == 2 and callback.changes[-1][1:] == (1, 2)
+        cost[2] = 0.16  # 2 threads a little slower than 1: within the 10% margin, kept
+        steps(60)
+        assert torch.get_num_threads() == 2 and len(callback.changes) == 2
     finally:
         torch.set_num_threads(previous)
     err = capsys.readouterr().err
-    assert "cores busy at step 40: training on with 1 thread(s) instead of 2" in err
-    assert "cores free again at step 140: training on with 2 thread(s) instead of 1" in err
+    assert "1 thread(s) train faster than 2 now (150 against 1500 ms/step): training on with 1" in err
+
+
+def test_openmp_threads_wait_passively_unless_the_user_says_otherwise():
+    code = "import os, minigpt, torch; print(os.environ.get('OMP_WAIT_POLICY'))"
+    env = {k: v for k, v in __import__("os").environ.items() if k != "OMP_WAIT_POLICY"}
+    assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout.strip() == "PASSIVE"
+    env["OMP_WAIT_POLICY"] = "ACTIVE"
+    assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout.strip() == "ACTIVE"

@@ -5,8 +5,8 @@ region waits for the thread that shares a core (measured here: a step at the ref
 1,613 ms with two threads while another job ran, against 85 ms idle; one thread lost 1.4x only).
 So with `hardware.torch_num_threads: null` a run first probes how much of its cores it gets
 (`cpu_share`: CPU time / (wall time x threads) of a short matmul loop) and starts with as many
-threads as there are free cores; every few log windows, and whenever speed collapses, it probes
-again and moves the thread count up or down. A warning compares each window with two
+threads as there are free cores; every few hundred steps, and whenever steps get much slower,
+it tries another thread count for a few steps and keeps the faster. A warning compares each window with two
 expectations: the run's own early speed, and an absolute one, the model-FLOP share of the
 machine's matmul peak (measured on quiet cores) that a free machine gives.
 """
@@ -24,7 +24,8 @@ from transformers import TrainerCallback
 SLOWDOWN_FACTOR = 0.4  # a window below 40% of the early speed counts as stalled
 BASELINE_WINDOWS = 3  # log windows that set the early speed (the very first, with warm-up, is skipped)
 PROBE_SECONDS = 0.15  # length of one cpu_share probe
-RECHECK_WINDOWS = 10  # log windows between two probes for more threads, once a run has fewer than it may
+RECHECK_STEPS = 200  # steps between two trials of another thread count
+TRIAL_STEPS = 5  # steps a trial runs, and steps its median is compared with
 EXPECTED_MFU = 0.08  # below this share of a quiet-measured peak, a CPU run is stalled, not just small
 
 
@@ -107,11 +108,15 @@ class SlowdownDetector:
 
 
 class BusyCoresCallback(TrainerCallback):
-    """Each log window (main process prints): the busy-cores warning, and with `adapt` (thread
-    count chosen by the run, not the config) a new thread count when the free cores changed.
+    """The busy-cores warning each log window (main process), and with `adapt` (a thread count the
+    run chose, not the config) a thread count that follows what works.
 
-    `max_threads` is what the run may use (the cores); `peak_threads`, the thread count MFU's peak
-    was measured with: at that count, MFU is the absolute expectation (None: no MFU check).
+    Adapting measures, not guesses: every `recheck_steps` steps, or as soon as steps get
+    SLOWDOWN_FACTOR slower than the best seen at this count, the run tries another count
+    (`threads_for` the cores a probe finds free, else the other end) for `trial_steps` steps and
+    keeps whichever gave the faster median step. `max_threads` is what the run may use (the cores);
+    `peak_threads` the thread count MFU's peak was measured with: at that count MFU is the
+    absolute expectation (None: no MFU check).
     """
 
     def __init__(
@@ -121,51 +126,92 @@ class BusyCoresCallback(TrainerCallback):
         max_threads: int | None = None,
         peak_threads: int | None = None,
         probe: Callable[[int], float] = cpu_share,
+        recheck_steps: int = RECHECK_STEPS,
+        trial_steps: int = TRIAL_STEPS,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.detector = detector or SlowdownDetector()
         self.adapt = adapt
         self.max_threads = max_threads or torch.get_num_threads()
         self.peak_threads = peak_threads
         self.probe = probe
-        self._best: dict[int, float] = {}  # best tokens/s seen at each thread count
-        self._windows_since_probe = 0
+        self.recheck_steps = recheck_steps
+        self.trial_steps = trial_steps
+        self.clock = clock
         self.changes: list[tuple[int, int, int]] = []  # (step, from threads, to threads)
+        self._step_started = 0.0
+        self._settled: list[float] = []  # recent step times at the settled count
+        self._best_median: dict[int, float] = {}
+        self._trial: list[float] | None = None  # step times of a trial in progress
+        self._trial_from: int | None = None
+        self._steps_since_check = 0
 
     def on_log(self, args, state, control, logs=None, **kwargs) -> None:
         if not logs or "tokens_per_second" not in logs:
             return
-        tokens_per_second = float(logs["tokens_per_second"])
-        threads = torch.get_num_threads()
         # The MFU expectation holds for the thread count the peak was measured with.
-        mfu = logs.get("mfu") if threads == self.peak_threads else None
-        warning = self.detector.observe(tokens_per_second, mfu)
+        mfu = logs.get("mfu") if torch.get_num_threads() == self.peak_threads else None
+        warning = self.detector.observe(float(logs["tokens_per_second"]), mfu)
         if warning is not None and state.is_world_process_zero:
             print(warning, file=sys.stderr, flush=True)
-        if self.adapt:
-            self._adapt(state, tokens_per_second, threads)
 
-    def _adapt(self, state, tokens_per_second: float, threads: int) -> None:
-        self._windows_since_probe += 1
-        best = self._best.get(threads, 0.0)
-        self._best[threads] = max(best, tokens_per_second)
-        stalled = threads > 1 and best > 0 and tokens_per_second < SLOWDOWN_FACTOR * best
-        recheck = threads < self.max_threads and self._windows_since_probe >= RECHECK_WINDOWS
-        if not (stalled or recheck):
+    def on_step_begin(self, args, state, control, **kwargs) -> None:
+        self._step_started = self.clock()
+
+    def on_step_end(self, args, state, control, **kwargs) -> None:
+        if not self.adapt:
             return
-        self._windows_since_probe = 0
-        wanted = threads_for(self.max_threads, self.probe(self.max_threads))
-        if wanted == threads:
+        seconds = self.clock() - self._step_started
+        threads = torch.get_num_threads()
+        if self._trial is not None:
+            self._trial.append(seconds)
+            if len(self._trial) >= self.trial_steps:
+                self._end_trial(state, threads)
             return
-        torch.set_num_threads(wanted)
-        self.changes.append((state.global_step, threads, wanted))
-        self._best.pop(wanted, None)  # the speed seen at that count before is no guide now
-        if state.is_world_process_zero:
-            why = "cores busy" if wanted < threads else "cores free again"
-            print(
-                f"{why} at step {state.global_step}: training on with {wanted} thread(s) instead of {threads}",
-                file=sys.stderr,
-                flush=True,
-            )
+        self._settled = (self._settled + [seconds])[-TRIAL_STEPS * 2 :]
+        self._steps_since_check += 1
+        if len(self._settled) < self.trial_steps:
+            return
+        current = _median(self._settled[-self.trial_steps :])
+        best = self._best_median.setdefault(threads, current)
+        self._best_median[threads] = min(best, current)
+        stalled = current * SLOWDOWN_FACTOR > best
+        if stalled or self._steps_since_check >= self.recheck_steps:
+            self._start_trial(threads)
+
+    def _start_trial(self, threads: int) -> None:
+        candidate = threads_for(self.max_threads, self.probe(self.max_threads))
+        if candidate == threads:
+            candidate = self.max_threads if threads < self.max_threads else max(1, threads // 2)
+        self._steps_since_check = 0
+        if candidate == threads:
+            return
+        self._trial, self._trial_from = [], threads
+        torch.set_num_threads(candidate)
+
+    def _end_trial(self, state, trial_threads: int) -> None:
+        before = _median(self._settled[-self.trial_steps :])
+        during = _median(self._trial or [])
+        previous = self._trial_from or trial_threads
+        self._trial, self._trial_from = None, None
+        if during < 0.9 * before:  # clearly faster: keep it
+            self.changes.append((state.global_step, previous, trial_threads))
+            self._settled = []
+            self._best_median.pop(trial_threads, None)
+            if state.is_world_process_zero:
+                print(
+                    f"step {state.global_step}: {trial_threads} thread(s) train faster than {previous} now "
+                    f"({1000 * during:.0f} against {1000 * before:.0f} ms/step): training on with {trial_threads}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        else:
+            torch.set_num_threads(previous)
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2] if ordered else float("inf")
 
 
 __all__ = ["BusyCoresCallback", "SlowdownDetector", "choose_threads", "cpu_share", "threads_for"]
