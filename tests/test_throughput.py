@@ -84,9 +84,11 @@ def test_a_peak_measured_on_busy_cores_serves_the_run_but_is_not_cached(tmp_path
     monkeypatch.setattr(throughput, "measure_matmul_peak", lambda device, dtype: PeakMeasurement(3.98e10, 0.5))
     assert resolve_peak_flops("auto", cpu, torch.float32, cache) == 3.98e10
     assert not cache.exists()  # the next run measures again
+    assert not throughput.peak_is_cached(cpu, torch.float32, cache)  # nor is it an absolute expectation
     monkeypatch.setattr(throughput, "measure_matmul_peak", lambda device, dtype: PeakMeasurement(1.5e11, 0.97))
     assert resolve_peak_flops("auto", cpu, torch.float32, cache) == 1.5e11
     assert json.loads(cache.read_text())[peak_flops_key(cpu, torch.float32)]["flops"] == 1.5e11
+    assert throughput.peak_is_cached(cpu, torch.float32, cache)
 
 
 def test_a_busy_core_shows_in_the_measurement():

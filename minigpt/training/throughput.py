@@ -198,6 +198,13 @@ def resolve_peak_flops(
     return measured.flops
 
 
+def peak_is_cached(device: torch.device, dtype: torch.dtype, cache_file: Path | None = None) -> bool:
+    """True when the cache holds a peak for `device` at `dtype` (measured on quiet cores, or
+    raised to a rate training reached): a figure good enough to judge a run's speed by."""
+    entry = _read_cache(cache_file or cache_dir() / PEAK_FLOPS_FILE).get(peak_flops_key(device, dtype))
+    return isinstance(entry, dict) and isinstance(entry.get("flops"), int | float) and entry["flops"] > 0
+
+
 def store_peak_flops(
     device: torch.device, dtype: torch.dtype, flops: float, cache_file: Path | None = None, how: str = ""
 ) -> None:

@@ -78,6 +78,7 @@ from .throughput import (
     cache_dir,
     flops_per_token,
     measure_matmul_peak,
+    peak_is_cached,
     resolve_peak_flops,
     store_peak_flops,
 )
@@ -388,9 +389,14 @@ def build_trainer(
     ]
     if args.device.type == "cpu" and (torch.get_num_threads() > 1 or (max_threads or 0) > 1):
         # One thread cannot stall this way; a thread count the run chose moves with the free cores.
+        # MFU is an absolute expectation only against a peak measured on quiet cores (or given).
+        dtype = training_dtype(run.hardware)
+        trusted = run.hardware.peak_flops != "auto" or peak_is_cached(args.device, dtype)
         own_callbacks.append(
             BusyCoresCallback(
-                adapt=max_threads is not None, max_threads=max_threads, peak_threads=torch.get_num_threads()
+                adapt=max_threads is not None,
+                max_threads=max_threads,
+                peak_threads=torch.get_num_threads() if trusted else None,
             )
         )
     trainer = MiniGPTTrainer(
