@@ -60,3 +60,29 @@ def test_pushing_a_checkpoint_says_that_main_now_points_to_it(tmp_path, monkeypa
     err = capsys.readouterr().err
     assert f"note: main now points to checkpoint-10, a checkpoint, not the run's final model in {run / 'final'}" in err
     assert Path(tmp_path / "hub").is_dir()
+
+
+def test_the_model_card_shows_each_resumed_segments_thread_count(tmp_path):
+    from types import SimpleNamespace
+
+    from minigpt.hub.model_card import CardFacts, read_segments, render_model_card
+    from minigpt.training.callbacks import MetricsFileCallback
+
+    metrics = tmp_path / "metrics.jsonl"
+    for step, threads in ((0, None), (635, 1)):  # started with a thread per core, resumed with 1
+        callback = MetricsFileCallback(metrics, segment={"hardware": {"torch_num_threads": threads}, "threads": 2})
+        callback.on_train_begin(None, SimpleNamespace(is_world_process_zero=True, global_step=step), None)
+    segments = read_segments(tmp_path)
+    assert segments == [(0, {"torch_num_threads": None}), (635, {"torch_num_threads": 1})]
+    facts = CardFacts(
+        repo_id="me/x",
+        model_config={"model_type": "minigpt"},
+        num_parameters=1000,
+        license="apache-2.0",
+        run_config={"hardware": {"torch_num_threads": 1, "bf16": False}},
+        metrics_step=2000,
+        segments=segments,
+    )
+    card = render_model_card(facts)
+    assert "| torch_num_threads | `None (steps 0-635), 1 (steps 635-2000)` |" in card
+    assert "| bf16 | `False` |" in card

@@ -66,6 +66,8 @@ class CardFacts:
     metrics_step: int | None = None  # the training step the metrics were measured at
     loss_curve: str | None = None  # file name of the loss-curve picture in the snapshot
     extra_tags: list[str] = field(default_factory=list)
+    # (first step, hardware section) of each segment of a resumed run, from metrics.jsonl
+    segments: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
 
 
 def count_parameters(weights_files: list[Path]) -> int:
@@ -104,6 +106,36 @@ def read_eval_metrics(run_dir: Path | None, model_dir: Path) -> tuple[dict[str, 
     metrics.setdefault("eval_perplexity", math.exp(min(metrics["eval_loss"], 50.0)))
     step = latest.get("step")
     return metrics, int(step) if isinstance(step, int | float) and step >= 0 else None
+
+
+def read_segments(run_dir: Path | None) -> list[tuple[int, dict[str, Any]]]:
+    """(first step, hardware section) of each start and resume of the run, in step order."""
+    jsonl = run_dir / "metrics.jsonl" if run_dir is not None else None
+    if jsonl is None or not jsonl.is_file():
+        return []
+    segments = []
+    for line in jsonl.read_text().splitlines():
+        record = json.loads(line) if line.strip() else {}
+        if isinstance(record.get("segment"), Mapping) and isinstance(record["segment"].get("hardware"), Mapping):
+            segments.append((int(record.get("step", 0)), dict(record["segment"]["hardware"])))
+    return sorted(segments, key=lambda s: s[0])
+
+
+def _hardware_rows(rows: list[tuple[str, Any]], facts: CardFacts) -> list[tuple[str, Any]]:
+    """A hardware key that changed when the run was resumed reads as each segment's value."""
+    if len(facts.segments) < 2:
+        return rows
+    ends = [start for start, _ in facts.segments[1:]] + [facts.metrics_step]
+    shown = []
+    for key, value in rows:
+        values = [hardware.get(key, value) for _, hardware in facts.segments]
+        if len(set(map(repr, values))) > 1:
+            value = ", ".join(
+                f"{v} (steps {start}-{end if end is not None else 'end'})"
+                for (start, _), v, end in zip(facts.segments, values, ends, strict=True)
+            )
+        shown.append((key, value))
+    return shown
 
 
 def card_metadata(facts: CardFacts) -> ModelCardData:
@@ -221,6 +253,8 @@ def render_model_card(facts: CardFacts) -> str:
         for section in ("training", "tokenizer", "hardware"):
             if isinstance(run.get(section), Mapping):
                 rows = [(k, v) for k, v in _flatten(run[section]) if f"{section}.{k}" not in LOCAL_KEYS]
+                if section == "hardware":
+                    rows = _hardware_rows(rows, facts)
                 parts += [f"### {section}", _table(rows, ("key", "value"))]
     else:
         parts.append("Not recorded.")

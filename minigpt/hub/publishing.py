@@ -24,7 +24,7 @@ from ..errors import MiniGPTUserError
 from ..training.checkpoints import RESOLVED_CONFIG_NAME
 from . import store
 from .loading import resolve_model
-from .model_card import CardFacts, count_parameters, read_eval_metrics, render_model_card
+from .model_card import CardFacts, count_parameters, read_eval_metrics, read_segments, render_model_card
 from .portable import clean_json_text, find_local_path, local_paths, portable_run_config
 
 SHARD_PATTERN = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
@@ -179,6 +179,7 @@ def collect_files(source: str | os.PathLike, staging: Path, repo_id: str, licens
         metrics=metrics,
         metrics_step=step,
         loss_curve=LOSS_CURVE_NAME if loss_curve is not None else None,
+        segments=read_segments(run_dir),
     )
     card = staging / "README.md"
     card.write_text(render_model_card(facts))

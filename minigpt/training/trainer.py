@@ -375,7 +375,10 @@ def build_trainer(
         )
     own_callbacks: list[TrainerCallback] = [
         StepTimerCallback(meter),  # first, so sampling at step end is not timed as training
-        MetricsFileCallback(output_dir / METRICS_FILE),
+        MetricsFileCallback(
+            output_dir / METRICS_FILE,
+            segment={"hardware": dataclasses.asdict(run.hardware), "threads": torch.get_num_threads()},
+        ),
         SampleTextCallback(
             tokenizer,
             prompts=run.training.sample_prompts,
