@@ -164,7 +164,8 @@ def _reset_signals_in_child() -> None:
         signal.set_wakeup_fd(-1)
 
 
-os.register_at_fork(after_in_child=_reset_signals_in_child)
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_reset_signals_in_child)
 
 
 def run_cli(main: Callable[[], int | None]) -> None:
