@@ -151,6 +151,7 @@ class InterruptGuard:
             with contextlib.suppress(OSError):
                 self._wake_r.shutdown(socket.SHUT_RDWR)  # wakes the watcher: it returns
             self._wake_w.close()
+            self._wake_r.close()
 
 
 _ACTIVE_GUARD: InterruptGuard | None = None
