@@ -108,8 +108,8 @@ class InterruptGuard:
         deadline = None
         while True:
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-            self._wake_r.settimeout(timeout)
             try:
+                self._wake_r.settimeout(timeout)
                 data = self._wake_r.recv(64)
             except TimeoutError:
                 self.finish()  # the grace period is over: the unwinding is stuck
