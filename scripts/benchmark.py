@@ -134,7 +134,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict:
         extra_overrides=list(args.set),
     )
     run = load_run_config(args.config, training.overrides())
-    apply_cpu_settings(run.hardware)  # generation and data rows run here, with the run's CPU settings
+    apply_cpu_settings(run.hardware, choose=False)  # generation and data rows run here, with the run's CPU settings
     results: dict = {
         "command": "python scripts/benchmark.py " + " ".join(map(str, argv_of(args))),
         "machine": describe_machine(),  # after the run's CPU settings: its torch threads

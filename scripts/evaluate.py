@@ -22,8 +22,6 @@ from pathlib import Path
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 from minigpt.errors import run_cli  # noqa: E402
-from minigpt.evaluation import evaluate_model  # noqa: E402
-from minigpt.hub.loading import resolve_model  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:
@@ -51,6 +49,9 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    from minigpt.evaluation import evaluate_model  # heavy: only once the arguments are good
+    from minigpt.hub.loading import resolve_model
+
     location = resolve_model(args.model, hub_dir=args.hub_dir, revision=args.revision)
     result = evaluate_model(
         location,

@@ -15,9 +15,10 @@ import sys
 from pathlib import Path
 
 from minigpt.errors import DataError, run_cli
-from minigpt.evaluation import read_run_config
-from minigpt.generation import DECODINGS, SamplingSettings, generate_samples
-from minigpt.hub.loading import load_model, load_tokenizer, resolve_model
+
+# minigpt.generation.DECODINGS (a test keeps them equal), written out so that --help and argument
+# errors answer before torch and transformers are imported.
+DECODINGS = ("dynamic", "static", "compiled")
 
 
 def parse_args() -> argparse.Namespace:
@@ -54,6 +55,10 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    from minigpt.evaluation import read_run_config  # heavy: only once the arguments are good
+    from minigpt.generation import SamplingSettings, generate_samples
+    from minigpt.hub.loading import load_model, load_tokenizer, resolve_model
+
     prompt = args.prompt
     if args.prompt_file is not None:
         try:

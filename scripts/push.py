@@ -17,6 +17,8 @@ source files (trust_remote_code=True) when no stock one does; --format stock|min
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 from minigpt.errors import run_cli
 from minigpt.export.targets import GGUF_DTYPES
@@ -47,7 +49,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    from minigpt.hub import store as hub
+    from minigpt.hub import store as hub  # heavy: only once the arguments are good
     from minigpt.hub.publishing import publish
 
     hub_dir = args.hub_dir or hub.default_hub_dir()
@@ -72,6 +74,11 @@ def main() -> None:
         print(f"committed {commit.commit_id} to {args.repo_id} ({len(commit.files)} files; {form})")
     else:
         print(f"no changes since {commit.commit_id}; main not moved")
+    source = Path(args.source)
+    if commit.created and source.name.startswith("checkpoint-"):
+        final = source.parent / "final"
+        newer = f", not the run's final model in {final}" if final.is_dir() else ""
+        print(f"note: main now points to {source.name}, a checkpoint{newer}", file=sys.stderr)
     if commit.refs:
         print(f"refs: {', '.join(commit.refs)}")
     print(f"snapshot: {commit.snapshot_dir(hub_dir, args.repo_id)}")

@@ -54,13 +54,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from minigpt.training.trainer import run_training  # heavy imports only once the config is known good
 
-    controller = StopController()
+    command = ["python", "scripts/train.py", display_path(args.config), *args.overrides, "--resume"]
+    # A signal says all in one line at once, the resume command included.
+    controller = StopController(resume_hint=shlex.join(command))
     result = run_training(run, stop_controller=controller, resume=args.resume)
     del result  # drop the run's objects before tearing the process group down
     teardown_distributed()
     if controller.stop_requested:
-        if is_main_process():
-            command = ["python", "scripts/train.py", display_path(args.config), *args.overrides, "--resume"]
+        if is_main_process() and controller.signum is None:
             print(f"stopped ({controller.reason}); resume with: {shlex.join(command)}", file=sys.stderr)
         return controller.exit_code
     return 0

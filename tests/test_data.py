@@ -431,3 +431,70 @@ def test_scripts_train_tokenizer_then_prepare_and_reuse(tmp_path, capsys):
     assert str(tmp_path / "cache" / "blocks") in out
     with pytest.raises(ConfigError, match="data.block_size"):
         prepare.main([*common, "--tokenizer", str(tmp_path / "tok"), "--block-size", "4096"])
+
+
+# ---- Folders of source files: what is skipped, exclude patterns, the validation sample ----------
+
+
+def source_tree(root: Path) -> Path:
+    """A package folder as a user has it: modules in sub-packages, bytecode, a binary, a hidden folder."""
+    for package in ("alpha", "beta", "gamma", "xml", "urllib", "unittest"):
+        for i in range(4):
+            write(root / package / f"mod{i}.py", f"# {package} module {i}\n" + TEXT[i * 2000 : i * 2000 + 2000])
+        (root / package / "__pycache__").mkdir()
+        (root / package / "__pycache__" / "mod0.cpython-311.pyc").write_bytes(b"\xa7\r\r\n" + bytes(range(256)) * 4)
+    (root / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8)  # binary by its content
+    (root / "native.so").write_bytes(b"\x7fELF" + bytes(200))
+    write(root / ".git" / "config", "[core]\n")
+    write(root / "alpha" / "notes.log", "a log line\n" * 50)
+    return root
+
+
+def test_folder_skips_what_is_not_text_and_says_so(tmp_path, capsys):
+    from minigpt.data.sources import resolve_files
+
+    root = source_tree(tmp_path / "src")
+    files = resolve_files([str(root)], "train", exclude=["*.log"])
+    assert sorted(str(p.relative_to(root)) for p in files) == sorted(
+        f"{package}/mod{i}.py" for package in ("alpha", "beta", "gamma", "xml", "urllib", "unittest") for i in range(4)
+    )
+    line = capsys.readouterr().out.strip()
+    assert line == (
+        f"train folder {root}: 24 text files, skipped 10 (7 compiled, 1 binary, 1 excluded, 1 hidden)"
+    )
+    # Excluding a folder by name, and in a glob.
+    assert not any("xml" in p.parts for p in resolve_files([str(root)], "train", exclude=["xml"]))
+    assert len(resolve_files([str(root / "*" / "*.py")], "train", exclude=["beta/*"])) == 20
+
+
+def test_folder_of_source_files_prepares_without_a_utf8_error(tmp_path, tokenizer):
+    root = source_tree(tmp_path / "src")
+    corpus = prepare_corpus(settings_for(tmp_path, root, exclude=["*.log"]), tokenizer)
+    assert corpus.train_stats.documents + corpus.validation_stats.documents == 24
+
+
+def test_a_folders_validation_split_samples_documents_across_the_corpus(tmp_path):
+    from minigpt.data.sources import arrow_batches, load_raw_corpus, source_files
+
+    root = source_tree(tmp_path / "src")
+    settings = settings_for(tmp_path, root, exclude=["*.log"], validation_fraction=0.25)
+    assert settings.validation_split == "auto" and settings.split_method(24) == "random"
+    raw = load_raw_corpus(settings)
+    texts = [t for table in arrow_batches(raw.validation.dataset) for t in table.column("text").to_pylist()]
+    packages = {line.split()[1] for line in texts if line.startswith("# ") and " module " in line}
+    # Documents from across the folder, not only its alphabetically last packages (the tail split's).
+    assert len(packages) >= 2 and packages - {"xml", "urllib", "unittest"}
+    assert 0 < raw.validation.documents < 24
+    # One file keeps the customary tail split; "tail" can still be asked for.
+    assert settings_for(tmp_path, root / "alpha" / "mod0.py").split_method(1) == "tail"
+    assert settings_for(tmp_path, root, validation_split="tail").split_method(24) == "tail"
+    assert len(source_files(settings)[0]) == 24
+
+
+def test_settings_seeded_unit_equals_the_vectorised_one():
+    from minigpt.data.settings import seeded_unit as one
+    from minigpt.data.sources import seeded_unit
+
+    ids = np.arange(500)
+    for seed in (0, 1337, 2**63 + 5):
+        assert np.array_equal(np.array([one(int(i), seed) for i in ids]), seeded_unit(ids, seed))

@@ -151,3 +151,36 @@ def test_top_k_zero_switches_the_filter_off():
     assert config.top_k == 0  # transformers adds no top-k warper for 0
     with pytest.raises(ConfigError, match=r"^--top-k must be >= 0 \(0: no top-k filter\), got -1$"):
         SamplingSettings(top_k=-1).validate()
+
+
+def test_saved_model_generates_max_new_tokens_without_a_warning_and_pipelines_stop_at_the_context(
+    tmp_path, capfd
+):
+    """The saved generation config holds max_length = the context (pipelines stop there), and a
+    call's max_new_tokens is taken without transformers' "Both max_new_tokens and max_length" warning."""
+    import torch
+    from conftest import tiny_model
+    from transformers import AutoModelForCausalLM, pipeline
+
+    from minigpt.training.settings import TrainingSettings
+    from minigpt.training.trainer import generation_defaults
+
+    model = tiny_model(seed=0)
+    tokenizer = build_tiny_tokenizer()
+    tokenizer.model_max_length = model.config.max_position_embeddings
+    model.generation_config = generation_defaults(model.config, TrainingSettings(sample_temperature=0.0))
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "model", trust_remote_code=True)
+    assert loaded.generation_config.max_length == 64
+
+    ids = tokenizer("ROMEO:", return_tensors="pt")["input_ids"]
+    capfd.readouterr()
+    output = loaded.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=7)
+    assert output.shape[1] == ids.shape[1] + 7
+    assert "seem to have been set" not in capfd.readouterr().err  # transformers' logger writes to stderr
+
+    generator = pipeline("text-generation", model=loaded, tokenizer=tokenizer)
+    token_ids = generator("ROMEO:", return_tensors=True, do_sample=False)[0]["generated_token_ids"]
+    assert len(token_ids) == 64  # prompt + new tokens: stopped at the context, not 256 new tokens on
+    assert loaded.generate(ids, attention_mask=torch.ones_like(ids)).shape[1] == 64  # generate() alike

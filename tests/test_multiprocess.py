@@ -190,3 +190,23 @@ def test_cli_runs_on_two_processes_and_exits_cleanly(tmp_path, subprocess_env):
         "rng_state_1.pth",
     ]
     assert (output_dir / "final" / "model.safetensors").exists()
+
+
+def test_a_user_error_on_two_processes_is_one_line_printed_once(tmp_path, subprocess_env):
+    """A refused start (the folder holds another run) under `accelerate launch --num_processes 2`.
+
+    What the launcher itself does after its workers exit is torch elastic's: it exits 1 with its
+    summary of the failed workers, which the workers cannot change; the summary shows both exit 2.
+    """
+    output_dir = tmp_path / "taken"
+    (output_dir / "final").mkdir(parents=True)
+    command = [*accelerate_two_processes(), "scripts/train.py", "configs/smoke.yaml"]
+    command += [f"training.output_dir={output_dir}", f"tokenizer.path={tmp_path / 'tokenizer'}"]
+    run = subprocess.run(command, cwd=REPO_ROOT, env=subprocess_env, capture_output=True, text=True, timeout=600)
+
+    errors = [line for line in (run.stdout + run.stderr).splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "already holds a run" in errors[0], run.stderr
+    assert run.returncode != 0
+    assert run.stderr.count("exitcode  : 2") == 2  # each worker: the user-error exit code
+    assert 'File "scripts/train.py"' not in run.stderr and "minigpt/" not in run.stderr  # no traceback of ours
+    assert sorted(p.name for p in output_dir.iterdir()) == ["final"]  # nothing written into it

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 import torch
 
 from minigpt.training import throughput
-from minigpt.training.throughput import measure_matmul_flops, peak_flops_key, resolve_peak_flops
+from minigpt.training.throughput import (
+    QUIET_CPU_SHARE,
+    PeakMeasurement,
+    ThroughputMeter,
+    measure_matmul_flops,
+    measure_matmul_peak,
+    peak_flops_key,
+    resolve_peak_flops,
+)
 
 
 def test_a_number_is_used_as_given(tmp_path):
@@ -23,9 +32,9 @@ def test_auto_measures_once_then_reads_the_cache(tmp_path, monkeypatch):
 
     def fake_measure(device, dtype):
         calls.append((device.type, dtype))
-        return 2.5e11
+        return PeakMeasurement(2.5e11, cpu_share=0.98)
 
-    monkeypatch.setattr(throughput, "measure_matmul_flops", fake_measure)
+    monkeypatch.setattr(throughput, "measure_matmul_peak", fake_measure)
     cache = tmp_path / "minigpt" / "peak.json"
     cpu = torch.device("cpu")
     assert resolve_peak_flops("auto", cpu, torch.float32, cache) == 2.5e11
@@ -44,7 +53,7 @@ def test_auto_measures_once_then_reads_the_cache(tmp_path, monkeypatch):
 def test_the_default_cache_lives_under_xdg_cache_home(tmp_path, monkeypatch):
     monkeypatch.delenv("MINIGPT_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setattr(throughput, "measure_matmul_flops", lambda device, dtype: 1e11)
+    monkeypatch.setattr(throughput, "measure_matmul_peak", lambda device, dtype: PeakMeasurement(1e11, 1.0))
     resolve_peak_flops("auto", torch.device("cpu"), torch.float32)
     assert (tmp_path / "minigpt" / "peak_flops.json").is_file()
 
@@ -67,3 +76,77 @@ assert (tiny * 1.0).abs().max().item() == 0.0, "a thread still computes denormal
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_a_peak_measured_on_busy_cores_serves_the_run_but_is_not_cached(tmp_path, monkeypatch):
+    cache = tmp_path / "peak.json"
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(throughput, "measure_matmul_peak", lambda device, dtype: PeakMeasurement(3.98e10, 0.5))
+    assert resolve_peak_flops("auto", cpu, torch.float32, cache) == 3.98e10
+    assert not cache.exists()  # the next run measures again
+    assert not throughput.peak_is_cached(cpu, torch.float32, cache)  # nor is it an absolute expectation
+    monkeypatch.setattr(throughput, "measure_matmul_peak", lambda device, dtype: PeakMeasurement(1.5e11, 0.97))
+    assert resolve_peak_flops("auto", cpu, torch.float32, cache) == 1.5e11
+    assert json.loads(cache.read_text())[peak_flops_key(cpu, torch.float32)]["flops"] == 1.5e11
+    assert throughput.peak_is_cached(cpu, torch.float32, cache)
+
+
+def test_a_busy_core_shows_in_the_measurement():
+    """Two processes spinning on this 2-core machine's cores: our threads get far less than their share."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+    try:
+        measured = measure_matmul_peak(torch.device("cpu"), torch.float32, size=1024, repeats=3)
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+    if torch.get_num_threads() > 1:
+        assert measured.cpu_share < QUIET_CPU_SHARE and not measured.quiet, measured
+
+
+def test_an_mfu_above_100_percent_is_never_reported_and_triggers_a_new_measurement():
+    meter = ThroughputMeter(tokens_per_step=1000, flops_per_token=1e6, peak_flops=1e8, num_devices=1)
+    asked = []
+    meter.on_peak_too_low = lambda achieved: asked.append(achieved) or 4e9
+    meter._window_seconds, meter._window_steps = 1.0, 2  # 2000 tokens/s: 2e9 FLOP/s reached
+    window = meter.take_window()
+    assert asked == [2e9] and meter.peak_flops == 4e9
+    assert window["mfu"] == 0.5
+    # A new measurement still lower than what training reached: the reached rate is the peak.
+    meter.on_peak_too_low = lambda achieved: 1e9
+    meter._window_seconds, meter._window_steps = 1.0, 5  # 5e9 FLOP/s
+    assert meter.take_window()["mfu"] == 1.0 and meter.peak_flops == 5e9
+    meter.on_peak_too_low = None  # a number from the config: capped at the rate reached
+    meter._window_seconds, meter._window_steps = 1.0, 10
+    assert meter.take_window()["mfu"] == 1.0
+
+
+def test_a_run_with_a_wrong_cached_peak_remeasures_it_and_prints_no_mfu_over_100(tmp_path, monkeypatch, capsys):
+    from conftest import REPO_ROOT, SHAKESPEARE
+
+    from minigpt.training.run_config import load_run_config
+    from minigpt.training.trainer import run_training, training_dtype
+
+    monkeypatch.setenv("MINIGPT_CACHE_DIR", str(tmp_path / "cache"))
+    run = load_run_config(
+        REPO_ROOT / "configs" / "smoke.yaml",
+        [
+            f"data.train_files={SHAKESPEARE}",
+            f"data.cache_dir={tmp_path / 'data'}",
+            f"training.output_dir={tmp_path / 'run'}",
+            f"tokenizer.path={tmp_path / 'tokenizer'}",
+            *("training.max_steps=10", "training.warmup_steps=2", "training.logging_steps=2"),
+            *("training.sample_steps=0", "training.eval_steps=10", "training.save_steps=10"),
+        ],
+    )
+    torch.set_num_threads(run.hardware.torch_num_threads or torch.get_num_threads())
+    key = peak_flops_key(torch.device("cpu"), training_dtype(run.hardware))
+    cache = tmp_path / "cache" / "peak_flops.json"
+    cache.parent.mkdir()
+    cache.write_text(json.dumps({key: {"flops": 1e6}}))  # measured while the machine was swamped
+    run_training(run)
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    mfus = [r["mfu"] for r in records if "mfu" in r]
+    assert mfus and max(mfus) <= 1.0
+    assert "MFU: the peak of 1e+06 FLOP/s was measured on busy cores" in capsys.readouterr().err
+    assert json.loads(cache.read_text())[key]["flops"] > 1e9

@@ -29,7 +29,7 @@ from ..errors import ConfigError, DataError
 from ..progress import datasets_progress_bars
 from .packing import data_tokenizer, tokenize_batch, tokenized_features, write_blocks
 from .settings import DataSettings, check_block_size
-from .sources import content_fingerprint, detect_format, load_raw_corpus, source_files
+from .sources import content_fingerprint, detect_format, load_raw_corpus, plural, source_files
 from .tokenizer import tokenizer_fingerprint
 
 if TYPE_CHECKING:
@@ -81,8 +81,8 @@ class PreparedCorpus:
         ]
         for name, s in (("train", self.train_stats), ("validation", self.validation_stats)):
             lines.append(
-                f"  {name}: {s.documents:,} documents, {s.bytes:,} bytes, {s.tokens:,} tokens "
-                f"({s.bytes / s.tokens:.2f} bytes/token), {s.blocks:,} blocks, {s.dropped_tokens} tokens left over"
+                f"  {name}: {plural(s.documents, 'document')}, {s.bytes:,} bytes, {s.tokens:,} tokens "
+                f"({s.bytes / s.tokens:.2f} bytes/token), {plural(s.blocks, 'block')}, {plural(s.dropped_tokens, 'token')} left over"
             )
         return "\n".join(lines)
 

@@ -69,7 +69,7 @@ def describe_sources(sources: list[SourceFile], limit: int = 3) -> str:
     return f"{more} ({sum(s.bytes for s in sources):,} bytes in all)"
 
 
-def split_settings(data: DataSettings, fmt: str) -> dict[str, Any]:
+def split_settings(data: DataSettings, fmt: str, num_files: int = 1) -> dict[str, Any]:
     """The settings that decide which text the training split holds, and nothing else.
 
     With separate validation files the training text is all of the train files; otherwise the
@@ -82,8 +82,9 @@ def split_settings(data: DataSettings, fmt: str) -> dict[str, Any]:
     if data.validation_files:
         decisive["validation_split"] = "validation_files"
         return decisive
-    decisive.update(validation_split=data.validation_split, validation_fraction=data.validation_fraction)
-    if data.validation_split == "random":
+    method = data.split_method(num_files)  # "auto" as decided for these `num_files` train files
+    decisive.update(validation_split=method, validation_fraction=data.validation_fraction)
+    if method == "random":
         decisive["seed"] = data.seed
     return decisive
 

@@ -15,6 +15,7 @@ FORMATS = ("auto", "text", "json", "parquet", "arrow")
 DEFAULT_CORPUS = "data/tinyshakespeare.txt"  # shipped in the repository (relative to the working folder)
 BYTE_ALPHABET_SIZE = 256  # byte-level BPE starts from one token per byte value
 TOKENIZER_REUSE = ("matching", "always")  # values of tokenizer.reuse
+VALIDATION_SPLITS = ("auto", "tail", "random")  # values of data.validation_split
 
 
 @dataclass
@@ -26,7 +27,10 @@ class DataSettings:
     format: str = "auto"  # "auto" (by suffix), "text", "json" (JSON lines), "parquet", "arrow" (save_to_disk)
     text_field: str = "text"  # column holding each document's text in json/parquet/arrow sources
     validation_fraction: float = 0.1  # share of the train bytes held out when validation_files is empty
-    validation_split: str = "tail"  # "tail": last bytes, cut at a row boundary; "random": seeded documents
+    # "auto": "random" for several files (a folder or glob), else "tail"; "tail": the last bytes, cut at a
+    # row boundary; "random": whole documents drawn by `seed`
+    validation_split: str = "auto"
+    exclude: list[str] = field(default_factory=list)  # glob patterns of files or folders to leave out of folders and globs
     seed: int = 1337  # seed of the "random" validation split (whole documents picked by a seeded hash)
     block_size: int = 256  # tokens per packed block; must not exceed the model's max_position_embeddings
     num_proc: int = 0  # processes that tokenize (Dataset.map num_proc); 0 = one per available CPU core
@@ -40,9 +44,9 @@ class DataSettings:
         """Raise `ConfigError` naming the field for impossible values."""
         if self.format not in FORMATS:
             raise ConfigError(f"data.format must be one of {', '.join(FORMATS)}, got {self.format!r}")
-        if self.validation_split not in ("tail", "random"):
+        if self.validation_split not in VALIDATION_SPLITS:
             raise ConfigError(
-                f"data.validation_split must be 'tail' or 'random', got {self.validation_split!r}"
+                f"data.validation_split must be one of {', '.join(VALIDATION_SPLITS)}, got {self.validation_split!r}"
             )
         if not self.validation_files and not 0.0 < self.validation_fraction < 1.0:
             raise ConfigError(f"data.validation_fraction must be in (0, 1), got {self.validation_fraction}")
@@ -58,6 +62,18 @@ class DataSettings:
             )
         if not self.train_files:
             raise ConfigError("data.train_files is empty: name at least one file, folder or glob")
+
+    def split_method(self, num_train_files: int) -> str:
+        """`validation_split` with "auto" decided: a sample of documents across a corpus of several
+        files (the last files of a folder are another domain, not a sample), the tail of one file
+        or of a few files the seeded draw would leave all on one side."""
+        if self.validation_split != "auto":
+            return self.validation_split
+        if num_train_files > 1:  # random, if the seeded draw leaves files on both sides
+            held_out = sum(seeded_unit(i, self.seed) < self.validation_fraction for i in range(num_train_files))
+            if 0 < held_out < num_train_files:
+                return "random"
+        return "tail"
 
     def processes(self) -> int:
         """`num_proc` with 0 resolved to the CPU cores this process may use."""
@@ -108,6 +124,17 @@ class TokenizerSettings:
         record = asdict(self)
         del record["path"], record["show_progress"], record["reuse"]
         return record
+
+
+def seeded_unit(index: int, seed: int) -> float:
+    """A deterministic pseudo-random number in [0, 1) for one document index (SplitMix64 of index
+    and seed): `sources.seeded_unit` for one int, without numpy (a test keeps the two equal)."""
+    mask = 0xFFFFFFFFFFFFFFFF
+    z = (index + (seed & mask) * 0x9E3779B97F4A7C15) & mask
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+    z = z ^ (z >> 31)
+    return (z >> 11) / float(1 << 53)
 
 
 def check_block_size(block_size: int, max_position_embeddings: int) -> None:

@@ -9,8 +9,10 @@ sources hold one document per row, read from `text_field`.
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import glob
-from collections.abc import Iterable, Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..distributed import is_main_process
 from ..errors import ConfigError, DataError, MiniGPTUserError
 from ..progress import datasets_progress_bars
 from .provenance import content_fingerprint
@@ -50,7 +53,7 @@ class RawSplit:
 
     def describe(self) -> str:
         return (
-            f"the {self.name} split ({self.bytes:,} bytes, {self.rows:,} rows, {self.documents:,} documents)"
+            f"the {self.name} split ({self.bytes:,} bytes, {self.rows:,} rows, {plural(self.documents, 'document')})"
         )
 
 
@@ -89,14 +92,21 @@ def _offline() -> Iterator[None]:
         datasets.config.HF_HUB_OFFLINE = saved
 
 
-def resolve_files(entries: str | list[str], role: str) -> list[Path]:
-    """Expand files, folders and globs into a sorted list of files (a `save_to_disk` folder stays whole)."""
+def resolve_files(entries: str | list[str], role: str, exclude: Sequence[str] = ()) -> list[Path]:
+    """Expand files, folders and globs into a sorted list of files (a `save_to_disk` folder stays whole).
+
+    A folder gives its text files only: hidden files and folders, compiled files (`__pycache__/`,
+    `.pyc`, `.so`, ...), empty files and binaries (by their first bytes: a NUL or invalid UTF-8)
+    are skipped, and so is whatever matches an `exclude` pattern (also in globs); one line says
+    how many were skipped and why.
+    """
     entries = [entries] if isinstance(entries, str) else list(entries)
     found: list[Path] = []
     for entry in entries:
         path = Path(entry).expanduser()
         if any(char in entry for char in "*?["):
             matches = [Path(p) for p in sorted(glob.glob(str(path), recursive=True)) if Path(p).is_file()]
+            matches = [p for p in matches if not _excluded(p, exclude)]
             if not matches:
                 raise DataError(f"{role} path {entry!r}: no files match this pattern")
             found.extend(p for p in matches if p.stat().st_size > 0)
@@ -106,10 +116,23 @@ def resolve_files(entries: str | list[str], role: str) -> list[Path]:
             if _is_saved_dataset(path):
                 found.append(path)
                 continue
-            files = [p for p in sorted(path.rglob("*")) if p.is_file() and not _hidden(p, path)]
-            if not files or not any(p.stat().st_size > 0 for p in files):
-                raise DataError(f"{role} folder {entry} is empty")
-            found.extend(p for p in files if p.stat().st_size > 0)  # empty files inside a folder add nothing
+            files, skipped = [], Counter()
+            for candidate in sorted(path.rglob("*")):
+                if candidate.is_file():
+                    reason = _skip_reason(candidate, path, exclude)
+                    if reason is None:
+                        files.append(candidate)
+                    else:
+                        skipped[reason] += 1
+            if not files:
+                reasons = f" (skipped: {_describe_skips(skipped)})" if skipped else ""
+                raise DataError(f"{role} folder {entry} is empty of text files{reasons}")
+            if skipped:
+                _say_once(
+                    f"{role} folder {entry}: {plural(len(files), 'text file')}, skipped {sum(skipped.values()):,} "
+                    f"({_describe_skips(skipped)})"
+                )
+            found.extend(files)
         elif path.is_file():
             if path.stat().st_size == 0:
                 raise DataError(f"{role} file {entry} is empty")
@@ -121,8 +144,64 @@ def resolve_files(entries: str | list[str], role: str) -> list[Path]:
     return found
 
 
-def _hidden(path: Path, root: Path) -> bool:
-    return any(part.startswith(".") for part in path.relative_to(root).parts)
+COMPILED_SUFFIXES = frozenset(
+    (".pyc", ".pyo", ".pyd", ".so", ".o", ".a", ".obj", ".dll", ".dylib", ".exe", ".class", ".jar", ".whl")
+)
+COMPILED_FOLDERS = frozenset(("__pycache__",))
+SNIFF_BYTES = 8192  # bytes read from the start of a file in a folder to tell text from binary
+BINARY_INVALID_SHARE = 0.1  # more undecodable characters than this in those bytes: a binary file
+_said: set[str] = set()
+
+
+def plural(count: int, noun: str) -> str:
+    """`1 document`, `2 documents`, `1,234 documents`."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
+def _skip_reason(path: Path, root: Path, exclude: Sequence[str]) -> str | None:
+    """Why a file inside a folder corpus is not read as text, or None to read it."""
+    relative = path.relative_to(root)
+    if any(part.startswith(".") for part in relative.parts):
+        return "hidden"
+    if _excluded(relative, exclude):
+        return "excluded"
+    if path.suffix.lower() in COMPILED_SUFFIXES or COMPILED_FOLDERS & set(relative.parts[:-1]):
+        return "compiled"
+    if path.stat().st_size == 0:
+        return "empty"
+    if _looks_binary(path):
+        return "binary"
+    return None
+
+
+def _excluded(path: Path, patterns: Sequence[str]) -> bool:
+    """`path` matches a pattern (`*.log`, `tests/*`), or one of its folders does (`tests`, `docs*`)."""
+    return any(
+        path.match(pattern) or any(fnmatch.fnmatch(part, pattern) for part in path.parts[:-1])
+        for pattern in patterns
+    )
+
+
+def _looks_binary(path: Path) -> bool:
+    """A NUL byte, or mostly undecodable bytes, in the first SNIFF_BYTES. Text in another encoding
+    with a few bad bytes is read, and checked against data.max_invalid_utf8_fraction like any text."""
+    with path.open("rb") as handle:
+        head = handle.read(SNIFF_BYTES)
+    if b"\x00" in head:
+        return True
+    text = head.decode("utf-8", errors="replace")
+    return text.count("\ufffd") > BINARY_INVALID_SHARE * max(1, len(text))
+
+
+def _describe_skips(skipped: Counter) -> str:
+    return ", ".join(f"{count:,} {reason}" for reason, count in sorted(skipped.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _say_once(line: str) -> None:
+    """Print `line` once per process (a corpus is resolved several times during a run)."""
+    if line not in _said and is_main_process():
+        _said.add(line)
+        print(line, flush=True)
 
 
 def _is_saved_dataset(path: Path) -> bool:
@@ -429,8 +508,10 @@ def _whole_split(name: str, loaded: _Loaded) -> RawSplit:
 
 def source_files(settings: DataSettings) -> tuple[list[Path], list[Path]]:
     """(train files, validation files) named by the settings, resolved and checked to exist."""
-    train = resolve_files(settings.train_files, "train")
-    validation = resolve_files(settings.validation_files, "validation") if settings.validation_files else []
+    train = resolve_files(settings.train_files, "train", settings.exclude)
+    validation = (
+        resolve_files(settings.validation_files, "validation", settings.exclude) if settings.validation_files else []
+    )
     return train, validation
 
 
@@ -444,7 +525,7 @@ def load_raw_corpus(settings: DataSettings) -> RawCorpus:
         val_fmt = detect_format(validation_paths, settings.format)
         other = _load(validation_paths, val_fmt, settings, "validation")
         train, validation = _whole_split("train", loaded), _whole_split("validation", other)
-    elif settings.validation_split == "tail":
+    elif settings.split_method(len(train_paths)) == "tail":
         train, validation = _split_tail(loaded, settings.validation_fraction)
     else:
         train, validation = _split_random(loaded, settings)
@@ -452,7 +533,8 @@ def load_raw_corpus(settings: DataSettings) -> RawCorpus:
         if split.bytes == 0:
             raise DataError(
                 f"the {split.name} split is empty ({fmt} data too small for data.validation_fraction="
-                f"{settings.validation_fraction}); add text or give data.validation_files"
+                f"{settings.validation_fraction}, split {settings.split_method(len(train_paths))!r}); add text, "
+                "give data.validation_files or set data.validation_split"
             )
     return RawCorpus(train, validation, fmt)
 

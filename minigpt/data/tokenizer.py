@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -44,8 +45,29 @@ def train_tokenizer(
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),  # all 256 bytes, seen or not
         show_progress=settings.show_progress,
     )
-    tokenizer.train_from_iterator(texts, trainer=trainer, length=length)
+    _in_daemon_thread(lambda: tokenizer.train_from_iterator(texts, trainer=trainer, length=length))
     return wrap_tokenizer(tokenizer, settings)
+
+
+def _in_daemon_thread(work: Callable[[], object]) -> None:
+    """Run `work` in a daemon thread and wait for it, so a Ctrl-C reaches the main thread at once.
+
+    Training runs in Rust for seconds to minutes without returning to Python, so a signal handler
+    in the thread that called it would wait that long; a daemon thread's work dies with the process.
+    """
+    failure: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            work()
+        except BaseException as err:  # handed to the waiting thread
+            failure.append(err)
+
+    thread = threading.Thread(target=target, name="minigpt-tokenizer-training", daemon=True)
+    thread.start()
+    thread.join()  # a lock wait: interruptible by Ctrl-C
+    if failure:
+        raise failure[0]
 
 
 def wrap_tokenizer(tokenizer: Tokenizer, settings: TokenizerSettings) -> PreTrainedTokenizerFast:
@@ -107,7 +129,7 @@ def training_data(data: DataSettings, train_bytes: int | None = None) -> Trainin
     return TrainingData(
         files=list_sources(train_paths),
         fingerprint=content_fingerprint(train_paths, portable=True),
-        split=split_settings(data, fmt),
+        split=split_settings(data, fmt, len(train_paths)),
         train_bytes=train_bytes,
     )
 

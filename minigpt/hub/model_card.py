@@ -76,6 +76,8 @@ class CardFacts:
     base_revision: str | None = None  # its revision
     base_folder: str | None = None  # or the name of the local model folder it started from
     base_metrics: dict[str, float] = field(default_factory=dict)  # the base's eval_* at step 0
+    # (first step, hardware section) of each segment of a resumed run, from metrics.jsonl
+    segments: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
 
 
 def count_parameters(weights_files: list[Path]) -> int:
@@ -126,6 +128,34 @@ def read_base_metrics(run_dir: Path | None, model_dir: Path) -> dict[str, float]
                 if record.get("step") == 0 and isinstance(record.get("eval_loss"), int | float):
                     return {key: float(record[key]) for key in EVAL_METRICS if key in record}
     return {}
+def read_segments(run_dir: Path | None) -> list[tuple[int, dict[str, Any]]]:
+    """(first step, hardware section) of each start and resume of the run, in step order."""
+    jsonl = run_dir / "metrics.jsonl" if run_dir is not None else None
+    if jsonl is None or not jsonl.is_file():
+        return []
+    segments = []
+    for line in jsonl.read_text().splitlines():
+        record = json.loads(line) if line.strip() else {}
+        if isinstance(record.get("segment"), Mapping) and isinstance(record["segment"].get("hardware"), Mapping):
+            segments.append((int(record.get("step", 0)), dict(record["segment"]["hardware"])))
+    return sorted(segments, key=lambda s: s[0])
+
+
+def _hardware_rows(rows: list[tuple[str, Any]], facts: CardFacts) -> list[tuple[str, Any]]:
+    """A hardware key that changed when the run was resumed reads as each segment's value."""
+    if len(facts.segments) < 2:
+        return rows
+    ends = [start for start, _ in facts.segments[1:]] + [facts.metrics_step]
+    shown = []
+    for key, value in rows:
+        values = [hardware.get(key, value) for _, hardware in facts.segments]
+        if len(set(map(repr, values))) > 1:
+            value = ", ".join(
+                f"{v} (steps {start}-{end if end is not None else 'end'})"
+                for (start, _), v, end in zip(facts.segments, values, ends, strict=True)
+            )
+        shown.append((key, value))
+    return shown
 
 
 def card_metadata(facts: CardFacts) -> ModelCardData:
@@ -210,7 +240,10 @@ def _held_out(data: Mapping[str, Any]) -> str:
     fraction = data.get("validation_fraction")
     if not isinstance(fraction, int | float):
         return "a held-out part of that text"
-    if data.get("validation_split") == "random":
+    method = data.get("validation_split")
+    if method == "auto":  # as DataSettings.split_method decides it
+        method = "random" if len(data.get("train_files") or []) > 1 else "tail"
+    if method == "random":
         return f"{fraction:.0%} of its documents, drawn with seed {data.get('seed')} and held out"
     return f"the last {fraction:.0%} of that text (held out, never trained on)"
 
@@ -274,6 +307,8 @@ def render_model_card(facts: CardFacts) -> str:
         for section in ("training", "tokenizer", "hardware"):
             if isinstance(run.get(section), Mapping):
                 rows = [(k, v) for k, v in _flatten(run[section]) if f"{section}.{k}" not in LOCAL_KEYS]
+                if section == "hardware":
+                    rows = _hardware_rows(rows, facts)
                 parts += [f"### {section}", _table(rows, ("key", "value"))]
     else:
         parts.append("Not recorded.")

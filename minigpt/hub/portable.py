@@ -81,7 +81,7 @@ class PortableRunConfig:
         return "\n".join(header) + "\n" + body
 
 
-def data_sources(entries: Iterable[str]) -> list[SourceFile]:
+def data_sources(entries: Iterable[str], exclude: Iterable[str] = ()) -> list[SourceFile]:
     """Each data entry (file, folder or glob) as the files it names, by file name and size.
 
     Relative entries are looked up from the current folder. An entry that names nothing any more
@@ -90,7 +90,7 @@ def data_sources(entries: Iterable[str]) -> list[SourceFile]:
     found: list[SourceFile] = []
     for entry in entries:
         try:
-            found += list_sources(resolve_files([str(entry)], "data"))
+            found += list_sources(resolve_files([str(entry)], "data", list(exclude)))
         except MiniGPTUserError:
             found.append(SourceFile(Path(str(entry)).name or str(entry), None))
     return found
@@ -119,7 +119,7 @@ def portable_run_config(run_config: dict[str, Any]) -> PortableRunConfig:
     for key in DATA_FILE_KEYS:
         entries = data.get(key) or []
         entries = [entries] if isinstance(entries, str) else list(entries)
-        sources[key] = data_sources(entries)
+        sources[key] = data_sources(entries, data.get("exclude") or [])
         if key in data:
             data[key] = [source.name for source in sources[key]]
     return PortableRunConfig(config, sources["train_files"], sources["validation_files"], dropped, folder)

@@ -35,7 +35,14 @@ from ..model import MiniGPTForCausalLM
 from ..run_layout import RESOLVED_CONFIG_NAME
 from . import store
 from .loading import resolve_model
-from .model_card import CardFacts, count_parameters, read_base_metrics, read_eval_metrics, render_model_card
+from .model_card import (
+    CardFacts,
+    count_parameters,
+    read_base_metrics,
+    read_eval_metrics,
+    read_segments,
+    render_model_card,
+)
 from .portable import clean_json_text, find_local_path, local_paths, portable_run_config
 
 SHARD_PATTERN = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
@@ -247,6 +254,7 @@ def collect_files(
         base_revision=base_revision,
         base_folder=base_from if base_from and base_revision is None else None,
         base_metrics=read_base_metrics(run_dir, model_dir) if base_from else {},
+        segments=read_segments(run_dir),
     )
     card = staging / "README.md"
     card.write_text(render_model_card(facts))

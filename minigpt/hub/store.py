@@ -29,7 +29,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -38,7 +37,7 @@ from pathlib import Path
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
-from ..atomic import fsync_dir
+from ..atomic import file_mode, fsync_dir, make_temp_dir, make_temp_file
 from ..errors import MiniGPTUserError
 
 MAIN_BRANCH = "main"
@@ -219,7 +218,7 @@ def repo_lock(hub_dir: str | os.PathLike, repo_id: str) -> Iterator[None]:
 def _write_ref(repo: Path, ref: str, commit_id: str) -> None:
     """Point `refs/<ref>` at a commit in one rename (no trailing newline: the hub client reads it raw)."""
     (repo / "refs").mkdir(exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f"ref-{ref}.", dir=repo / ".staging")
+    fd, tmp = make_temp_file(repo / ".staging", prefix=f"ref-{ref}.")
     with os.fdopen(fd, "w") as handle:
         handle.write(commit_id)
         handle.flush()
@@ -233,12 +232,12 @@ def _store_blob(repo: Path, source: Path, name: str) -> None:
     blob = repo / "blobs" / name
     if blob.exists():
         return
-    fd, tmp = tempfile.mkstemp(prefix=f"blob-{name}.", dir=repo / ".staging")
+    fd, tmp = make_temp_file(repo / ".staging", prefix=f"blob-{name}.")
     with os.fdopen(fd, "wb") as out, source.open("rb") as src:
         shutil.copyfileobj(src, out, _COPY_CHUNK)
         out.flush()
         os.fsync(out.fileno())
-    os.chmod(tmp, 0o444)
+    os.chmod(tmp, file_mode(0o444))  # read-only, and readable by whom the umask allows
     os.replace(tmp, blob)
 
 
@@ -247,7 +246,7 @@ def _build_snapshot(repo: Path, commit_id: str, files: Mapping[str, str]) -> Non
     target = repo / "snapshots" / commit_id
     if target.is_dir():
         return  # the same commit id means the same files
-    staging = Path(tempfile.mkdtemp(prefix=f"snapshot-{commit_id}.", dir=repo / ".staging"))
+    staging = make_temp_dir(repo / ".staging", prefix=f"snapshot-{commit_id}.")
     try:
         for path, name in files.items():
             # Relative links, as huggingface_hub makes them, so the hub folder can be moved.
@@ -313,7 +312,7 @@ def push_files(
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "files": blob_names,
         }
-        fd, tmp = tempfile.mkstemp(prefix="commit.", dir=repo / ".staging")
+        fd, tmp = make_temp_file(repo / ".staging", prefix="commit.")
         with os.fdopen(fd, "w") as handle:
             json.dump(record, handle, indent=2)
             handle.flush()

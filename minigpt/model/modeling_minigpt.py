@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -446,6 +447,17 @@ class MiniGPTForCausalLM(MiniGPTPreTrainedModel, GenerationMixin):
         self.transformer = MiniGPTModel(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
+        """`GenerationMixin.generate`; `max_new_tokens` replaces the saved `max_length` silently.
+
+        A trained model's generation config holds `max_length` = its context, so that pipelines
+        stop there by default; transformers would warn at every `generate(max_new_tokens=...)`
+        that both are set, though only the call's is the caller's.
+        """
+        if kwargs.get("max_new_tokens") is not None and "max_length" not in kwargs:
+            kwargs["max_length"] = None  # the model's default, not a second limit
+        return super().generate(*args, **kwargs)
 
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     @can_return_tuple  # return_dict=False gives a tuple, as every transformers model does

@@ -1,19 +1,66 @@
-"""Say so when training slows down far below its own start: the cores are probably busy.
+"""Training on cores other jobs also use: pick the thread count that works, re-check it, and warn.
 
-torch's CPU thread pool stalls badly when another process holds its cores (measured here: a
-2-thread run on 2 busy cores took 3 to 10 times longer per step). The run cannot see the other
-process, but it sees its own tokens/s fall far below what the same run did in its first log
-windows; then one line suggests `hardware.torch_num_threads=1`.
+torch's CPU thread pool stalls badly when another process holds one of its cores: every parallel
+region waits for the thread that shares a core (measured here: a step at the reference shape took
+1,613 ms with two threads while another job ran, against 85 ms idle; one thread lost 1.4x only).
+So with `hardware.torch_num_threads: null` a run first probes how much of its cores it gets
+(`cpu_share`: CPU time / (wall time x threads) of a short matmul loop) and starts with as many
+threads as there are free cores; every few hundred steps, and whenever steps get much slower,
+it tries another thread count for a few steps and keeps the faster. A warning compares each window with two
+expectations: the run's own early speed, and an absolute one, the model-FLOP share of the
+machine's matmul peak (measured on quiet cores) that a free machine gives.
 """
 
 from __future__ import annotations
 
+import math
 import sys
+import time
+from collections.abc import Callable
 
+import torch
 from transformers import TrainerCallback
 
 SLOWDOWN_FACTOR = 0.4  # a window below 40% of the early speed counts as stalled
 BASELINE_WINDOWS = 3  # log windows that set the early speed (the very first, with warm-up, is skipped)
+PROBE_SECONDS = 0.15  # length of one cpu_share probe
+RECHECK_STEPS = 200  # steps between two trials of another thread count
+TRIAL_STEPS = 5  # steps a trial runs, and steps its median is compared with
+EXPECTED_MFU = 0.08  # below this share of a quiet-measured peak, a CPU run is stalled, not just small
+
+
+def cpu_share(threads: int, seconds: float = PROBE_SECONDS) -> float:
+    """The share of `threads` cores this process got while `threads` torch threads did small matmuls
+    (the kind of work a training step is made of) for about `seconds`; about 1.0 on free cores."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        a, b = torch.randn(384, 384), torch.randn(384, 384)  # (384, 384): well under a millisecond
+        a @ b  # warm-up: the thread pool
+        start, cpu_start = time.perf_counter(), time.process_time()
+        while time.perf_counter() - start < seconds:
+            a @ b
+        wall, used = time.perf_counter() - start, time.process_time() - cpu_start
+    finally:
+        torch.set_num_threads(previous)
+    return min(1.0, used / (wall * threads))
+
+
+def threads_for(available: int, share: float) -> int:
+    """Threads for the free cores: all `available` when our threads got nearly all of them, else
+    about as many as they got (2 cores with one busy: 1; 8 with one busy: 7)."""
+    free = available * share
+    if free >= available - 0.5:
+        return available
+    return max(1, min(available - 1, math.floor(free + 0.5)))
+
+
+def choose_threads(available: int) -> tuple[int, float]:
+    """(threads to use, the measured share of `available` cores) at the start of a run."""
+    if available <= 1:
+        return available, 1.0
+    share = cpu_share(available)
+    return threads_for(available, share), share
 
 
 class SlowdownDetector:
@@ -33,15 +80,25 @@ class SlowdownDetector:
             return None
         return sorted(self._baseline)[len(self._baseline) // 2]
 
-    def observe(self, tokens_per_second: float) -> str | None:
+    def observe(self, tokens_per_second: float, mfu: float | None = None) -> str | None:
+        """The warning for this window, once: against the early speed or, given the window's MFU
+        (against a quiet-measured peak), against EXPECTED_MFU."""
         self._seen += 1
         if self._seen == 1:
             return None  # the first window pays for warm-up (allocations, caches)
         baseline = self.baseline
         if baseline is None:
             self._baseline.append(tokens_per_second)
+        if self.warned:
             return None
-        if self.warned or tokens_per_second >= self.factor * baseline:
+        if mfu is not None and mfu < EXPECTED_MFU:
+            self.warned = True
+            return (
+                f"warning: training runs at {tokens_per_second:,.0f} tokens/s, {mfu:.1%} of this machine's "
+                f"matmul peak, where free cores give a model this size {EXPECTED_MFU:.0%} or more: the cores "
+                "look busy (another process?); on a shared machine set hardware.torch_num_threads=1"
+            )
+        if baseline is None or tokens_per_second >= self.factor * baseline:
             return None
         self.warned = True
         return (
@@ -51,17 +108,110 @@ class SlowdownDetector:
 
 
 class BusyCoresCallback(TrainerCallback):
-    """Prints the detector's warning once (main process) when tokens/s collapses mid-run."""
+    """The busy-cores warning each log window (main process), and with `adapt` (a thread count the
+    run chose, not the config) a thread count that follows what works.
 
-    def __init__(self, detector: SlowdownDetector | None = None) -> None:
+    Adapting measures, not guesses: every `recheck_steps` steps, or as soon as steps get
+    SLOWDOWN_FACTOR slower than the best seen at this count, the run tries another count
+    (`threads_for` the cores a probe finds free, else the other end) for `trial_steps` steps and
+    keeps whichever gave the faster median step. `max_threads` is what the run may use (the cores);
+    `peak_threads` the thread count MFU's peak was measured with: at that count MFU is the
+    absolute expectation (None: no MFU check).
+    """
+
+    def __init__(
+        self,
+        detector: SlowdownDetector | None = None,
+        adapt: bool = False,
+        max_threads: int | None = None,
+        peak_threads: int | None = None,
+        probe: Callable[[int], float] = cpu_share,
+        recheck_steps: int = RECHECK_STEPS,
+        trial_steps: int = TRIAL_STEPS,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         self.detector = detector or SlowdownDetector()
+        self.adapt = adapt
+        self.max_threads = max_threads or torch.get_num_threads()
+        self.peak_threads = peak_threads
+        self.probe = probe
+        self.recheck_steps = recheck_steps
+        self.trial_steps = trial_steps
+        self.clock = clock
+        self.changes: list[tuple[int, int, int]] = []  # (step, from threads, to threads)
+        self._step_started = 0.0
+        self._settled: list[float] = []  # recent step times at the settled count
+        self._best_median: dict[int, float] = {}
+        self._trial: list[float] | None = None  # step times of a trial in progress
+        self._trial_from: int | None = None
+        self._steps_since_check = 0
 
     def on_log(self, args, state, control, logs=None, **kwargs) -> None:
-        if not state.is_world_process_zero or not logs or "tokens_per_second" not in logs:
+        if not logs or "tokens_per_second" not in logs:
             return
-        warning = self.detector.observe(float(logs["tokens_per_second"]))
-        if warning is not None:
+        # The MFU expectation holds for the thread count the peak was measured with.
+        mfu = logs.get("mfu") if torch.get_num_threads() == self.peak_threads else None
+        warning = self.detector.observe(float(logs["tokens_per_second"]), mfu)
+        if warning is not None and state.is_world_process_zero:
             print(warning, file=sys.stderr, flush=True)
 
+    def on_step_begin(self, args, state, control, **kwargs) -> None:
+        self._step_started = self.clock()
 
-__all__ = ["BusyCoresCallback", "SlowdownDetector"]
+    def on_step_end(self, args, state, control, **kwargs) -> None:
+        if not self.adapt:
+            return
+        seconds = self.clock() - self._step_started
+        threads = torch.get_num_threads()
+        if self._trial is not None:
+            self._trial.append(seconds)
+            if len(self._trial) >= self.trial_steps:
+                self._end_trial(state, threads)
+            return
+        self._settled = (self._settled + [seconds])[-TRIAL_STEPS * 2 :]
+        self._steps_since_check += 1
+        if len(self._settled) < self.trial_steps:
+            return
+        current = _median(self._settled[-self.trial_steps :])
+        best = self._best_median.setdefault(threads, current)
+        self._best_median[threads] = min(best, current)
+        stalled = current * SLOWDOWN_FACTOR > best
+        if stalled or self._steps_since_check >= self.recheck_steps:
+            self._start_trial(threads)
+
+    def _start_trial(self, threads: int) -> None:
+        candidate = threads_for(self.max_threads, self.probe(self.max_threads))
+        if candidate == threads:
+            candidate = self.max_threads if threads < self.max_threads else max(1, threads // 2)
+        self._steps_since_check = 0
+        if candidate == threads:
+            return
+        self._trial, self._trial_from = [], threads
+        torch.set_num_threads(candidate)
+
+    def _end_trial(self, state, trial_threads: int) -> None:
+        before = _median(self._settled[-self.trial_steps :])
+        during = _median(self._trial or [])
+        previous = self._trial_from or trial_threads
+        self._trial, self._trial_from = None, None
+        if during < 0.9 * before:  # clearly faster: keep it
+            self.changes.append((state.global_step, previous, trial_threads))
+            self._settled = []
+            self._best_median.pop(trial_threads, None)
+            if state.is_world_process_zero:
+                print(
+                    f"step {state.global_step}: {trial_threads} thread(s) train faster than {previous} now "
+                    f"({1000 * during:.0f} against {1000 * before:.0f} ms/step): training on with {trial_threads}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        else:
+            torch.set_num_threads(previous)
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2] if ordered else float("inf")
+
+
+__all__ = ["BusyCoresCallback", "SlowdownDetector", "choose_threads", "cpu_share", "threads_for"]

@@ -96,14 +96,24 @@ class MetricsFileCallback(TrainerCallback):
     reads as one run.
     """
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, segment: dict[str, Any] | None = None) -> None:
         self.path = Path(path)
+        # Settings that may change on resume (the hardware section): recorded at each (re)start as
+        # {"step": N, "segment": {...}}, so a model card can say what the whole run used.
+        self.segment = segment
 
     def on_train_begin(self, args, state, control, **kwargs) -> None:
-        if state.is_world_process_zero and self.path.exists():
+        if not state.is_world_process_zero:
+            return
+        kept = []
+        if self.path.exists():
             kept = [
                 line for line in self.path.read_text().splitlines() if _step_of(line) <= state.global_step
             ]
+            kept = [line for line in kept if not ('"segment"' in line and _step_of(line) == state.global_step)]
+        if self.segment is not None:
+            kept.append(json.dumps({"step": state.global_step, "segment": self.segment}))
+        if kept or self.path.exists():
             with atomic_write_file(self.path, encoding="utf-8") as handle:  # a kill here keeps the old file
                 handle.write("".join(line + "\n" for line in kept))
 

@@ -33,8 +33,10 @@ class StopController:
     callback; `StopTrainingCallback` turns it into a checkpoint and a stop at the next step.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, resume_hint: str | None = None) -> None:
         self._event = threading.Event()
+        # A command that resumes the run: said in the one line a signal prints (scripts/train.py).
+        self.resume_hint = resume_hint
         self.signum: int | None = None  # the signal that asked to stop, None for request_stop()
         self.reason: str | None = None
         self.stopped_at_step: int | None = None  # global step of the checkpoint written on stop
@@ -87,9 +89,10 @@ class StopController:
             os._exit(128 + signum)
         self._first_signal_at = now
         self.request_stop(f"received {name}", signum)
+        hint = f"; resume with: {self.resume_hint}" if self.resume_hint else "."
         _write_stderr(
             f"\n{name} received: saving a checkpoint at the end of this step, then stopping "
-            "(send it again to abort at once).\n"
+            f"(send it again to abort at once){hint}\n"
         )
 
 

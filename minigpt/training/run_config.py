@@ -307,6 +307,8 @@ def _describe(annotation: Any) -> str:
         return f"a list of {_describe(typing.get_args(annotation)[0])}"
     if annotation is type(None):
         return "null"
+    if origin is Literal:
+        return " or ".join(repr(a) for a in typing.get_args(annotation))
     names = {bool: "true/false", int: "an integer", float: "a number", str: "a string"}
     return names.get(annotation, getattr(annotation, "__name__", str(annotation)))
 

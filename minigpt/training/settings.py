@@ -289,7 +289,7 @@ class HardwareSettings:
     gradient_accumulation_steps: int = 1  # forward passes summed into one optimizer step
     per_device_eval_batch_size: int = 16  # blocks per forward pass when evaluating
     dataloader_num_workers: int = 0  # worker processes feeding batches (0: the training process itself)
-    torch_num_threads: int | None = None  # torch CPU threads per process (None: one per core)
+    torch_num_threads: int | None = None  # torch CPU threads per process (None: one per free core, adapted)
     flush_denormal: bool = False  # CPU: treat denormal floats as zero (x86 FTZ/DAZ), see above
     peak_flops: float | Literal["auto"] = "auto"  # peak FLOP/s of one device for MFU; "auto" measures it
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ from ..atomic import atomic_output_dir, atomic_write_file
 from ..data.compatibility import check_compatible
 from ..data.corpus import prepare_corpus
 from ..data.tokenizer import check_existing_tokenizer, load_or_train_tokenizer, load_tokenizer
+from ..distributed import is_main_process
 from ..errors import ConfigError
 from ..model import MiniGPTConfig
 from ..progress import transformers_progress_bars
@@ -51,7 +53,7 @@ from .base_model import (
     read_base_model,
     record_base_location,
 )
-from .busy_cores import BusyCoresCallback
+from .busy_cores import BusyCoresCallback, choose_threads
 from .callbacks import (
     LogLineProgressCallback,
     MetricsFileCallback,
@@ -81,7 +83,16 @@ from .settings import (
     effective_batch_size,
     require_choice,
 )
-from .throughput import PEAK_FLOPS_FILE, ThroughputMeter, cache_dir, flops_per_token, resolve_peak_flops
+from .throughput import (
+    PEAK_FLOPS_FILE,
+    ThroughputMeter,
+    cache_dir,
+    flops_per_token,
+    measure_matmul_peak,
+    peak_is_cached,
+    resolve_peak_flops,
+    store_peak_flops,
+)
 from .time_budget import TimeBudgetCallback, WarmupStableDecay
 
 
@@ -100,6 +111,10 @@ class TrainingResult:
     log_history: list[dict[str, Any]] = field(repr=False, default_factory=list)
     base_model: dict[str, Any] | None = None  # model.init_from as recorded (repo id + revision, or folder name)
     base_metrics: dict[str, float] = field(default_factory=dict)  # the base's eval_* at step 0
+
+
+class _EvaluationStopped(Exception):
+    """A stop was requested during an evaluation inside training: the rest of it is skipped."""
 
 
 class MiniGPTTrainer(AtomicCheckpointTrainer):
@@ -153,6 +168,7 @@ class MiniGPTTrainer(AtomicCheckpointTrainer):
         if self.lr_scheduler is None:
             self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer or self.optimizer, self.schedule)
         return self.lr_scheduler
+
     def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer:
         """Trainer's optimizer, or under `training.optim: muon` Muon on the hidden matrices and
         Trainer's AdamW on the rest (optimizers.py); Trainer schedules, clips, steps and saves it."""
@@ -164,6 +180,31 @@ class MiniGPTTrainer(AtomicCheckpointTrainer):
         decayed = self.get_decay_parameter_names(model)
         self.optimizer = muon_with_adamw(model, self.args, decayed, self.muon_kwargs)
         return self.optimizer
+
+    def prediction_step(
+        self, model: nn.Module, inputs: Any, prediction_loss_only: bool, ignore_keys: Any = None
+    ) -> Any:
+        """Trainer's, but a stop requested mid-evaluation skips the rest (see `evaluate`)."""
+        controller = self.stop_controller
+        if controller is not None and controller.stop_requested and self.args.world_size == 1:
+            raise _EvaluationStopped  # several processes would have to agree on the batch: not cut
+        return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
+
+    def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
+        """Trainer's, except that Ctrl-C during an evaluation inside training does not wait for the
+        whole validation set: the evaluation is dropped (nothing logged) and the run saves and stops."""
+        try:
+            return super().evaluate(*args, **kwargs)
+        except _EvaluationStopped:
+            for callback in self.callback_handler.callbacks:  # the evaluation's progress bar
+                if isinstance(callback, ProgressCallback) and callback.prediction_bar is not None:
+                    callback.prediction_bar.close()
+                    callback.prediction_bar = None
+            self.control.should_save = True
+            self.control.should_training_stop = True
+            if self.stop_controller is not None:
+                self.stop_controller.stopped_at_step = self.state.global_step
+            return {}
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """Add tokens/s, MFU and tokens seen to training records; perplexity and bits/byte to eval ones."""
@@ -310,16 +351,33 @@ def generation_defaults(model_config: MiniGPTConfig, training: TrainingSettings)
     )
 
 
-def apply_cpu_settings(hardware: HardwareSettings) -> None:
+def apply_cpu_settings(hardware: HardwareSettings, say: bool = True, choose: bool = True) -> int | None:
     """Thread count and denormal flushing, for the rest of the process.
 
-    Both are process-wide from here on (torch's intra-op worker threads flush too).
+    Both are process-wide from here on (torch's intra-op worker threads flush too). With
+    `torch_num_threads: null` on a CPU the run starts with a thread per free core (busy_cores);
+    returns the cores it may use then (the thread count may move during the run), else None.
+    `choose=False` keeps torch's default of a thread per core (benchmarks compare like with like).
     """
+    if hardware.flush_denormal:
+        torch.set_flush_denormal(True)  # False where the CPU cannot (no x86 DAZ): nothing to gain there
     if hardware.torch_num_threads is not None:
         # Oversubscribed cores (other jobs, several processes) stall torch's thread pool badly.
         torch.set_num_threads(hardware.torch_num_threads)
-    if hardware.flush_denormal:
-        torch.set_flush_denormal(True)  # False where the CPU cannot (no x86 DAZ): nothing to gain there
+        return None
+    if not choose or not (hardware.use_cpu or not torch.cuda.is_available()):
+        return None
+    available = torch.get_num_threads()
+    threads, share = choose_threads(available)
+    if threads != available:
+        torch.set_num_threads(threads)
+        if say:
+            print(
+                f"cores busy: this process got {share:.0%} of {available} cores, so it trains with {threads} "
+                f"thread(s) and checks again as it goes (hardware.torch_num_threads sets a fixed count)",
+                flush=True,
+            )
+    return available
 
 
 def resolve_hardware(hardware: HardwareSettings) -> HardwareSettings:
@@ -364,8 +422,12 @@ def build_trainer(
     bits_per_byte: Callable[[float], float] | None = None,
     callbacks: Sequence[TrainerCallback] = (),
     stop_controller: StopController | None = None,
+    max_threads: int | None = None,
 ) -> MiniGPTTrainer:
-    """The run's Trainer, with MiniGPT's callbacks: step timer, log lines, metrics.jsonl, samples."""
+    """The run's Trainer, with MiniGPT's callbacks: step timer, log lines, metrics.jsonl, samples.
+
+    `max_threads`: the cores a run with a chosen thread count may use (apply_cpu_settings).
+    """
     output_dir = Path(run.training.output_dir)
     tokens_per_step = effective_batch_size(run.hardware, args.world_size) * run.data.block_size
     with args.main_process_first(desc="peak FLOP/s"):  # one process measures, the others read the cache
@@ -376,9 +438,16 @@ def build_trainer(
         peak_flops=peak_flops,
         num_devices=args.world_size,
     )
+    if run.hardware.peak_flops == "auto":
+        meter.on_peak_too_low = lambda achieved: remeasure_peak_flops(
+            args.device, training_dtype(run.hardware), meter.peak_flops, achieved, args.should_save
+        )
     own_callbacks: list[TrainerCallback] = [
         StepTimerCallback(meter),  # first, so sampling at step end is not timed as training
-        MetricsFileCallback(output_dir / METRICS_FILE),
+        MetricsFileCallback(
+            output_dir / METRICS_FILE,
+            segment={"hardware": dataclasses.asdict(run.hardware), "threads": torch.get_num_threads()},
+        ),
         SampleTextCallback(
             tokenizer,
             prompts=run.training.sample_prompts,
@@ -390,8 +459,18 @@ def build_trainer(
             seed=run.training.seed,
         ),
     ]
-    if args.device.type == "cpu" and torch.get_num_threads() > 1:  # one thread cannot stall this way
-        own_callbacks.append(BusyCoresCallback())
+    if args.device.type == "cpu" and (torch.get_num_threads() > 1 or (max_threads or 0) > 1):
+        # One thread cannot stall this way; a thread count the run chose moves with the free cores.
+        # MFU is an absolute expectation only against a peak measured on quiet cores (or given).
+        dtype = training_dtype(run.hardware)
+        trusted = run.hardware.peak_flops != "auto" or peak_is_cached(args.device, dtype)
+        own_callbacks.append(
+            BusyCoresCallback(
+                adapt=max_threads is not None,
+                max_threads=max_threads,
+                peak_threads=torch.get_num_threads() if trusted else None,
+            )
+        )
     schedule = None
     if run.training.lr_scheduler_type == "warmup_stable_decay":
         t = run.training
@@ -431,6 +510,24 @@ def evaluation_cost_steps(run: RunConfig, eval_dataset: Any) -> float:
     return len(eval_dataset) / (3.0 * train_blocks) if eval_dataset is not None else 0.0
 
 
+def remeasure_peak_flops(
+    device: torch.device, dtype: torch.dtype, old_peak: float, achieved: float, say: bool = True
+) -> float:
+    """Training beat the measured peak, so that peak was measured on busy cores: measure it again,
+    keep at least what training reached, and cache the better figure."""
+    measured = measure_matmul_peak(device, dtype)
+    peak = max(measured.flops, achieved)
+    store_peak_flops(device, dtype, peak, how="re-measured after an MFU above 100%")
+    if say:
+        print(
+            f"MFU: the peak of {old_peak:.3g} FLOP/s was measured on busy cores (training reached "
+            f"{achieved:.3g}); measured again: {peak:.3g} FLOP/s, cached",
+            file=sys.stderr,
+            flush=True,
+        )
+    return peak
+
+
 def run_training(
     run: RunConfig,
     callbacks: Sequence[TrainerCallback] = (),
@@ -445,7 +542,8 @@ def run_training(
     the main thread. `resume=True` continues from the newest complete checkpoint in output_dir.
     """
     started = time.perf_counter()
-    apply_cpu_settings(run.hardware)  # threads and denormal flushing, before any torch work
+    # Threads and denormal flushing, before any torch work (the main process says what it chose).
+    max_threads = apply_cpu_settings(run.hardware, say=is_main_process())
     check_optimizer_name(run.training)
     stop_controller = stop_controller or StopController()
     output_dir = Path(run.training.output_dir)
@@ -474,13 +572,7 @@ def run_training(
     elif main or not run.training.overwrite_output_dir:  # every process refuses; only the main one removes
         removed = claim_output_dir(output_dir, overwrite=run.training.overwrite_output_dir)
         if removed:
-            print(
-                f"training.overwrite_output_dir: removed the previous run's {', '.join(removed)}", flush=True
-            )
-    if main:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        with atomic_write_file(output_dir / RESOLVED_CONFIG_NAME) as handle:
-            handle.write(run.to_yaml())
+            print(f"training.overwrite_output_dir: removed the previous run's {', '.join(removed)}", flush=True)
 
     with args.main_process_first(desc="tokenizer and data"):  # one process trains and caches, others load
         if run.model.init_from is None:
@@ -527,8 +619,13 @@ def run_training(
         bits_per_byte=corpus.validation_stats.bits_per_byte,  # loss x tokens / bytes / ln 2
         callbacks=callbacks,
         stop_controller=stop_controller,
+        max_threads=max_threads,
     )
     if main:
+        # Only now that the run can start: a start refused for its data or settings leaves no run file.
+        output_dir.mkdir(parents=True, exist_ok=True)
+        with atomic_write_file(output_dir / RESOLVED_CONFIG_NAME) as handle:
+            handle.write(run.to_yaml())
         peak = trainer.throughput.peak_flops if trainer.throughput is not None else None
         print(describe_run(run, model, args, len(corpus.train), len(corpus.validation), peak), flush=True)
         if base is not None:
@@ -581,7 +678,8 @@ def run_training(
     if main:
         with atomic_write_file(output_dir / SUMMARY_FILE) as handle:
             json.dump(summary_record(result), handle, indent=2)
-        print(describe_result(result), flush=True)
+        if stop_controller.signum is None:  # a signal's one line has said what happened
+            print(describe_result(result), flush=True)
     return result
 
 
@@ -636,7 +734,10 @@ def describe_run(
 def _peak_source(setting: float | str) -> str:
     if setting != "auto":
         return "hardware.peak_flops"
-    return f"measured once, cached in {cache_dir() / PEAK_FLOPS_FILE}; delete it to measure again"
+    return (
+        f"measured on quiet cores and cached in {cache_dir() / PEAK_FLOPS_FILE}, or measured now on busy "
+        "ones and not cached; measured again if MFU would exceed 100%"
+    )
 
 
 def base_record_of(run: RunConfig) -> dict[str, Any] | None:
