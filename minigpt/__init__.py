@@ -23,6 +23,7 @@ import os
 import sys
 from typing import Any
 
+
 # On a machine other jobs already use, OpenMP threads that sleep rather than spin while they wait
 # for work: a spinning thread takes the time slice the thread that has work needs (measured: a
 # training step took 5.5 s instead of 0.44 s with two threads and a busy core). On idle cores
