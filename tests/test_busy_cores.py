@@ -94,21 +94,26 @@ def test_the_run_keeps_the_thread_count_that_trains_faster(capsys):
 
 
 def test_openmp_threads_wait_passively_on_a_busy_machine_unless_the_user_says_otherwise():
-    # The load average is what `import minigpt` reads, before torch loads OpenMP.
-    code = (
-        "import os, sys; os.getloadavg = lambda: (float(sys.argv[1]),) * 3; "
-        "import minigpt, torch; print(os.environ.get('OMP_WAIT_POLICY'))"
-    )
+    # `import minigpt` samples the CPU time in use, before torch loads OpenMP: one core kept busy
+    # on this 2-core machine is half of it.
+    code = "import os, minigpt, torch; print(os.environ.get('OMP_WAIT_POLICY'))"
     env = {k: v for k, v in __import__("os").environ.items() if k != "OMP_WAIT_POLICY"}
 
-    def policy(load: float, env: dict) -> str:
-        run = subprocess.run([sys.executable, "-c", code, str(load)], env=env, capture_output=True, text=True)
-        return run.stdout.strip()
+    def policy(env: dict) -> str:
+        return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout.strip()
 
-    cores = __import__("os").cpu_count()
-    assert policy(cores * 1.0, env) == "PASSIVE"  # busy: sleeping waiters leave the cores to the work
-    assert policy(0.0, env) == "None"  # idle: OpenMP's own spinning waits, 40% faster steps here
-    assert policy(cores * 1.0, dict(env, OMP_WAIT_POLICY="ACTIVE")) == "ACTIVE"
+    cores = len(__import__("os").sched_getaffinity(0))
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores)]
+    try:
+        assert policy(env) == "PASSIVE"  # busy: sleeping waiters leave the cores to the work
+        assert policy(dict(env, OMP_WAIT_POLICY="ACTIVE")) == "ACTIVE"  # the user's own wins
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+    from minigpt import _cpu_busy_fraction
+
+    assert 0.0 <= _cpu_busy_fraction() <= 1.0
 
 
 STEPS_CODE = """
