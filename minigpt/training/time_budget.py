@@ -22,6 +22,7 @@ from transformers import TrainerCallback
 # Steps timed before planning; the first ones (thread start-up, allocator warm-up) are left out.
 SKIPPED_STEPS = 5
 TIMED_STEPS = 20
+REPLAN_EVERY = 100  # steps between plans, each with the mean step time since timing began
 # Planned steps leave this share of the remaining budget free for evaluation, saving and the
 # noise of a shared machine: a run that plans too long overshoots its budget.
 SAFETY_MARGIN = 0.05
@@ -41,6 +42,7 @@ class WarmupStableDecay:
         self.decay_fraction = decay_fraction
         self.min_ratio = min_ratio
         self.planned = False  # True once a time budget fixed total_steps
+        self.elapsed = 0.0  # seconds of the budget spent, as of the last step (saved with the plan)
 
     @property
     def decay_start(self) -> int:
@@ -79,27 +81,34 @@ class TimeBudgetCallback(TrainerCallback):
     before, are not in it); evaluation, sampling and checkpoints inside the loop are.
     """
 
-    def __init__(self, schedule: WarmupStableDecay, max_time: float, eval_cost_steps: float) -> None:
+    def __init__(
+        self, schedule: WarmupStableDecay, max_time: float, eval_cost_steps: float, max_steps: int
+    ) -> None:
         self.schedule = schedule
         self.max_time = max_time
         self.eval_cost_steps = eval_cost_steps  # one evaluation, in training-step equivalents
         self.started: float | None = None
         self.first_step: int | None = None  # the step this process started at (0, or a resume's)
         self.timing_from: tuple[int, float] | None = None
+        self.max_steps = max_steps  # training.max_steps: the upper bound of every plan
 
     def on_train_begin(self, args, state, control, **kwargs) -> None:
-        self.started = clock()
+        self.started = clock() - self.schedule.elapsed  # a resumed run spends what is left
         if self.schedule.planned:  # resumed after the plan: the checkpoint's scheduler holds it
             state.max_steps = self.schedule.total_steps
 
     def on_step_end(self, args, state, control, **kwargs) -> None:
         step = state.global_step
-        if not self.schedule.planned:
-            if self.first_step is None:
-                self.first_step = step - 1
-            if step == self.first_step + SKIPPED_STEPS:
-                self.timing_from = (step, clock())
-            elif self.timing_from is not None and step == self.timing_from[0] + TIMED_STEPS:
+        self.schedule.elapsed = clock() - self.started
+        if self.first_step is None:
+            self.first_step = step - 1
+        if step == self.first_step + SKIPPED_STEPS:
+            self.timing_from = (step, clock())
+        elif self.timing_from is not None and (step - self.timing_from[0]) % REPLAN_EVERY == TIMED_STEPS:
+            # The first plan after TIMED_STEPS, then again every REPLAN_EVERY steps with the mean
+            # step time so far (evaluations and slower stretches included), until the decay begins:
+            # moving the end later than that would bend a decay already under way.
+            if step + REPLAN_EVERY < self.schedule.decay_start or not self.schedule.planned:
                 self._plan(state, step)
         if self.schedule.planned and step >= self.schedule.total_steps:
             control.should_training_stop = True
@@ -110,13 +119,15 @@ class TimeBudgetCallback(TrainerCallback):
         start_step, start_time = self.timing_from
         now = clock()
         step_seconds = (now - start_time) / (step - start_step)
-        evaluations_left = max(1, (state.max_steps - step) // max(1, state.eval_steps or state.max_steps) + 1)
+        upper = self.max_steps
+        horizon = self.schedule.total_steps if self.schedule.planned else upper
+        evaluations_left = max(1, (horizon - step) // max(1, state.eval_steps or horizon) + 1)
         planned = plan_steps(
             self.max_time,
             now - self.started,
             step_seconds,
             step,
-            state.max_steps,
+            upper,
             overhead_steps=evaluations_left * self.eval_cost_steps,
         )
         self.schedule.total_steps = planned

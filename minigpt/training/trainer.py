@@ -479,7 +479,7 @@ def build_trainer(
         )
         if t.max_time is not None:
             own_callbacks.append(
-                TimeBudgetCallback(schedule, t.max_time, evaluation_cost_steps(run, eval_dataset))
+                TimeBudgetCallback(schedule, t.max_time, evaluation_cost_steps(run, eval_dataset), t.max_steps)
             )
     trainer = MiniGPTTrainer(
         model=model,
