@@ -140,23 +140,16 @@ print(statistics.median(times[2:]), torch.get_num_threads())
 
 
 @pytest.mark.skipif(len(__import__("os").sched_getaffinity(0)) != 2, reason="written for a 2-core machine")
-def test_with_a_busy_core_the_default_trains_far_faster_than_spinning_threads():
-    """The reference-shape step with one core kept busy: the defaults (passive waits, a thread
-    count for the free cores) against what the defaults were (two threads, OpenMP's spinning
-    waits). Measured here at load average 10-14: 0.44-0.65 s against 2.6-5.5 s per step."""
-    import os
-
-    def median_step(threads: int, wait_policy: str) -> float:
-        env = dict(os.environ, OMP_WAIT_POLICY=wait_policy)
-        out = subprocess.run([sys.executable, "-c", STEPS_CODE, str(threads)], env=env, capture_output=True,
-                             text=True, timeout=300, check=True).stdout.split()
-        return float(out[0])
-
+def test_with_a_busy_core_the_default_trains_with_the_free_core_only():
+    """With one core kept busy, the default thread count (torch_num_threads: null) is the one free
+    core, so no step waits for a thread that shares the busy one. What that is worth in time (README,
+    "Busy cores": 0.44-0.65 s against 2.6-5.5 s per step at load 10-14; 0.10 against 0.18 s on a
+    quiet machine with one spinner) is a benchmark's figure, not a timed test's."""
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        before = median_step(2, "ACTIVE")
-        after = median_step(0, "PASSIVE")
+        out = subprocess.run([sys.executable, "-c", STEPS_CODE, "0"], capture_output=True, text=True,
+                             timeout=300, check=True).stdout.split()
     finally:
         spinner.kill()
         spinner.wait()
-    assert after < before / 2, (before, after)
+    assert int(out[1]) == 1, out
