@@ -5,8 +5,9 @@ The package is laid out by pipeline stage, each importing only the stages below 
     errors, atomic, distributed   leaf helpers every stage may use
     model/       MiniGPTConfig, MiniGPTForCausalLM (the remote-code pair)
     data/        settings -> sources -> tokenizer -> packing -> corpus -> compatibility
-    training/    settings -> run_config -> callbacks, checkpoints -> trainer (run_training)
+    export/      stock transformers architectures and GGUF, out and in
     hub/         store -> loading -> model_card, publishing
+    training/    settings -> run_config -> callbacks, checkpoints, base_model -> trainer (run_training)
     generation, evaluation   using a trained model
     app/         the web app on the training API
     benchmarks/  speed and quality against GPT-2 and a plain loop (scripts/benchmark.py)
