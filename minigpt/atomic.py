@@ -101,6 +101,26 @@ def atomic_write_file(path: str | os.PathLike, mode: str = "w", **open_kwargs) -
         raise
 
 
+@contextlib.contextmanager
+def atomic_output_path(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary sibling of `path` for writers that take a file name, not a handle (GGUF's);
+    flushed and renamed over `path` when the block ends without an error, removed otherwise."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = make_temp_file(path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        with open(tmp, "rb+") as handle:  # the bytes on disk before the rename makes them visible
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
 def replace_dir(staging: str | os.PathLike, target: str | os.PathLike) -> None:
     """Move a finished `staging` directory to `target`, replacing any previous `target`.
 

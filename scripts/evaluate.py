@@ -22,21 +22,18 @@ from pathlib import Path
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 from minigpt.errors import run_cli  # noqa: E402
+from minigpt.hub.model_argument import add_model_arguments  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("model", help="model folder, run or checkpoint folder, or ORG/NAME in --hub-dir")
+    add_model_arguments(parser)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--data", help="text file, folder or glob to evaluate on (whole)")
     source.add_argument(
         "--split", choices=("train", "validation"), help="a split of the model's training data"
-    )
-    parser.add_argument("--revision", default=None, help="branch, tag or commit of a repo id (default: main)")
-    parser.add_argument(
-        "--hub-dir", default=None, help="hub folder for repo ids (default: $HF_HUB_CACHE, else ./hub)"
     )
     parser.add_argument(
         "--window", type=int, default=None, help="tokens per window (default: training block size)"

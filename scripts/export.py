@@ -17,17 +17,14 @@ from pathlib import Path
 
 from minigpt.errors import run_cli
 from minigpt.export.targets import GGUF_DTYPES, TARGETS
+from minigpt.hub.model_argument import add_model_arguments
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("model", help="model folder, run or checkpoint folder, or ORG/NAME in --hub-dir")
-    parser.add_argument("--revision", default=None, help="branch, tag or commit of a repo id (default: main)")
-    parser.add_argument(
-        "--hub-dir", default=None, help="hub folder for repo ids (default: $HF_HUB_CACHE, else ./hub)"
-    )
+    add_model_arguments(parser)
     parser.add_argument("--to", choices=TARGETS, default="auto", help="stock architecture (default: auto)")
     parser.add_argument("--output", default=None, help="folder to write the stock transformers model to")
     parser.add_argument("--gguf", default=None, help="GGUF file to write for llama.cpp")

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from minigpt.errors import DataError, run_cli
+from minigpt.hub.model_argument import add_model_arguments
 
 # minigpt.generation.DECODINGS (a test keeps them equal), written out so that --help and argument
 # errors answer before torch and transformers are imported.
@@ -25,11 +26,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("model", help="model folder, run or checkpoint folder, or ORG/NAME in --hub-dir")
-    parser.add_argument("--revision", default=None, help="branch, tag or commit of a repo id (default: main)")
-    parser.add_argument(
-        "--hub-dir", default=None, help="hub folder for repo ids (default: $HF_HUB_CACHE, else ./hub)"
-    )
+    add_model_arguments(parser)
     prompt = parser.add_mutually_exclusive_group()
     prompt.add_argument("--prompt", default="", help="text to continue (default: start a new document)")
     prompt.add_argument("--prompt-file", default=None, help="file whose text is continued")

@@ -17,19 +17,16 @@ is stored as it is and read as ne = {in, out}, llama.cpp's layout. The byte-leve
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import gguf
 import numpy as np
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..atomic import fsync_dir
+from ..atomic import atomic_output_path
 from ..model.configuration_minigpt import MiniGPTConfig
 from .errors import ExportError
 
@@ -141,12 +138,8 @@ def write_gguf(
     arch = gguf_architecture(config)
     tokens, token_types, merges = _vocabulary(tokenizer, config.vocab_size)  # checked before any write
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, staging = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        writer = gguf.GGUFWriter(staging, gguf.MODEL_ARCH_NAMES[_ARCHS[arch]])
+    with atomic_output_path(path) as staging:  # whole or not at all, with the umask's modes
+        writer = gguf.GGUFWriter(str(staging), gguf.MODEL_ARCH_NAMES[_ARCHS[arch]])
         _add_hyperparameters(writer, config, arch, dtype)
         _add_tokenizer(writer, tokenizer, tokens, token_types, merges)
         for name, tensor in _tensors(model, arch):
@@ -155,14 +148,6 @@ def write_gguf(
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
         writer.close()
-        with open(staging, "rb+") as handle:  # the bytes on disk before the rename makes them visible
-            os.fsync(handle.fileno())
-        os.replace(staging, path)
-        fsync_dir(path.parent)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(staging)
-        raise
     return arch
 
 

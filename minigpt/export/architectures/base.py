@@ -126,6 +126,12 @@ def require_full_attention_heads(stock: PretrainedConfig) -> None:
         )
 
 
+def require_full_rotary(stock: PretrainedConfig) -> None:
+    """MiniGPT rotates the whole head (partial_rotary_factor 1.0, in transformers 5's rope_parameters)."""
+    partial = (getattr(stock, "rope_parameters", None) or {}).get("partial_rotary_factor", 1.0)
+    require_stock(partial == 1.0, f"partial_rotary_factor={partial}", "MiniGPT rotates the whole head")
+
+
 def bias_or_zeros(weights: Weights, name: str, size: int) -> torch.Tensor:
     """MiniGPT's bias `name`, or zeros where the model has none (bias=False) and the stock needs one."""
     if name in weights:
@@ -176,6 +182,7 @@ __all__ = [
     "has_biases",
     "minigpt_head",
     "require_full_attention_heads",
+    "require_full_rotary",
     "require_stock",
     "rope_parameters_of",
     "shared_minigpt_fields",

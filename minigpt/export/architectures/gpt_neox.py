@@ -23,6 +23,7 @@ from .base import (
     minigpt_head,
     minigpt_layer,
     require_full_attention_heads,
+    require_full_rotary,
     require_stock,
     rope_parameters_of,
     shared_minigpt_fields,
@@ -107,8 +108,7 @@ class GPTNeoXArchitecture(RotaryLayerNormArchitecture):
             "use_parallel_residual=True",
             "MiniGPT's blocks add attention, then the MLP, in sequence",
         )
-        partial = (stock.rope_parameters or {}).get("partial_rotary_factor", 1.0)
-        require_stock(partial == 1.0, f"partial_rotary_factor={partial}", "MiniGPT rotates the whole head")
+        require_full_rotary(stock)
         bias = has_biases(weights, declared=False)
         kwargs = dict(
             shared_minigpt_fields(stock),
@@ -196,8 +196,7 @@ class Starcoder2Architecture(RotaryLayerNormArchitecture):
             f"sliding_window={window}",
             "MiniGPT attends to the whole context",
         )
-        partial = (stock.rope_parameters or {}).get("partial_rotary_factor", 1.0)
-        require_stock(partial == 1.0, f"partial_rotary_factor={partial}", "MiniGPT rotates the whole head")
+        require_full_rotary(stock)
         bias = has_biases(weights, declared=bool(stock.use_bias))
         kwargs = dict(
             shared_minigpt_fields(stock),

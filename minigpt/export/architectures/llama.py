@@ -23,6 +23,7 @@ from .base import (
     minigpt_head,
     minigpt_layer,
     require_full_attention_heads,
+    require_full_rotary,
     require_stock,
     rope_parameters_of,
     shared_minigpt_fields,
@@ -103,8 +104,7 @@ class LlamaArchitecture(StockArchitecture):
 
     def check_stock(self, stock: PretrainedConfig) -> None:
         require_full_attention_heads(stock)
-        partial = (stock.rope_parameters or {}).get("partial_rotary_factor", 1.0)
-        require_stock(partial == 1.0, f"partial_rotary_factor={partial}", "MiniGPT rotates the whole head")
+        require_full_rotary(stock)
 
     def from_stock(self, stock: PretrainedConfig, weights: Weights) -> tuple[dict[str, Any], Weights]:
         self.check_stock(stock)
