@@ -207,6 +207,8 @@ def test_a_user_error_on_two_processes_is_one_line_printed_once(tmp_path, subpro
     errors = [line for line in (run.stdout + run.stderr).splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "already holds a run" in errors[0], run.stderr
     assert run.returncode != 0
-    assert run.stderr.count("exitcode  : 2") == 2  # each worker: the user-error exit code
+    # The workers' user-error exit code in torch elastic's summary: once the first exits, elastic may
+    # stop the other before it reports its own (seen in 1 of 2 quiet runs), so at least one 2.
+    assert run.stderr.count("exitcode  : 2") >= 1
     assert 'File "scripts/train.py"' not in run.stderr and "minigpt/" not in run.stderr  # no traceback of ours
     assert sorted(p.name for p in output_dir.iterdir()) == ["final"]  # nothing written into it

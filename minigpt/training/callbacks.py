@@ -277,6 +277,7 @@ class StopTrainingCallback(TrainerCallback):
             self.controller.stopped_at_step = state.global_step
             control.should_save = True
             control.should_training_stop = True
+            control.should_evaluate = False  # a stop is a save and an exit: no scheduled evaluation first
         return control
 
     def _agree_across_processes(self, args: TrainingArguments) -> tuple[bool, int]:
