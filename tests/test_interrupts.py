@@ -179,8 +179,9 @@ def test_ctrl_c_during_training_saves_a_checkpoint_and_says_how_to_resume(tmp_pa
     argv = [PYTHON, str(WORKER), "none", *train_args(tmp_path, "training.max_steps=100000")]
     run = run_in_terminal(argv, "step 10/", env=terminal_env, cwd=tmp_path)
     assert run.returncode == 130, run.after_press
-    assert len(run.lines()) == 1, run.after_press
-    (line,) = run.lines()
+    lines = run.lines()  # read once: the terminal's output is what it held at this moment
+    assert len(lines) == 1, run.after_press
+    (line,) = lines
     assert line.startswith("SIGINT received: saving a checkpoint at the end of this step")
     assert line.endswith("training.max_steps=100000 --resume")
     assert run.exit_after_s < EXIT_WITHIN_S
