@@ -12,6 +12,7 @@ cannot).
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import random
 import re
@@ -23,7 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import PYTHON, REPO_ROOT, SHAKESPEARE
+from safetensors.torch import load_file
 
 from minigpt.errors import INTERRUPT_GRACE_S, INTERRUPTED_LINE
 from minigpt.training.checkpoints import checkpoint_problems, list_checkpoints
@@ -185,8 +188,8 @@ def test_ctrl_c_during_training_saves_a_checkpoint_and_says_how_to_resume(tmp_pa
     assert line.startswith("SIGINT received: saving a checkpoint at the end of this step")
     assert line.endswith("training.max_steps=100000 --resume")
     assert run.exit_after_s < EXIT_WITHIN_S
-    (checkpoint,) = list_checkpoints(tmp_path / "run")
-    assert checkpoint_problems(checkpoint) == []
+    checkpoints = list_checkpoints(tmp_path / "run")  # the stop's, and checkpoint-15 if it got that far
+    assert checkpoints and all(checkpoint_problems(c) == [] for c in checkpoints)
     assert leftovers(tmp_path) == []
 
 
@@ -205,9 +208,38 @@ def test_ctrl_c_during_evaluation_skips_the_rest_of_it(tmp_path, terminal_env):
     assert not any('"eval_loss"' in record for record in records)  # no score of a part of the split
 
 
-def test_ctrl_c_while_saving_the_final_model(tmp_path, terminal_env):
-    argv = [PYTHON, str(WORKER), "saving", *train_args(tmp_path, "training.max_steps=8", "training.save_steps=100")]
+def test_ctrl_c_while_saving_the_final_model_then_resume_finishes_the_run(tmp_path, terminal_env):
+    overrides = ("training.max_steps=8", "training.save_steps=100", "training.eval_steps=100")
+    argv = [PYTHON, str(WORKER), "saving", *train_args(tmp_path, *overrides)]
     run = run_in_terminal(argv, "STAGE saving", env=terminal_env, cwd=tmp_path)
     assert_one_interrupted_line(run)
-    assert not (tmp_path / "run" / "final").exists()
+    run_dir = tmp_path / "run"
+    assert not (run_dir / "final").exists()
     assert leftovers(tmp_path) == []
+    (checkpoint,) = list_checkpoints(run_dir)  # the end of training is saved: only final/ is missing
+    assert checkpoint.name == "checkpoint-8"
+    evaluations_before = (run_dir / "metrics.jsonl").read_text().count('"eval_loss"')
+
+    # --resume finishes it: the checkpoint's weights evaluated and saved as final/, no step trained
+    resumed = subprocess.run(
+        [PYTHON, str(REPO_ROOT / "scripts" / "train.py"), *train_args(tmp_path, *overrides), "--resume"],
+        env=terminal_env, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "checkpoint-8 is the run's last step and its final model was never saved" in resumed.stdout
+    assert "step 9" not in resumed.stdout
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["global_step"] == 8 and summary["stopped"] is False and summary["eval_bpb"] > 0
+    assert [p.name for p in list_checkpoints(run_dir)] == ["checkpoint-8"]
+    final_weights = load_file(run_dir / "final" / "model.safetensors")
+    checkpoint_weights = load_file(checkpoint / "model.safetensors")
+    assert final_weights.keys() == checkpoint_weights.keys()
+    assert all(torch.equal(final_weights[k], checkpoint_weights[k]) for k in final_weights)
+    records = (run_dir / "metrics.jsonl").read_text()
+    assert records.count('"eval_loss"') == evaluations_before == 1  # the end's evaluation, once
+    # and now it is finished: a second --resume is refused, as for any finished run
+    again = subprocess.run(
+        [PYTHON, str(REPO_ROOT / "scripts" / "train.py"), *train_args(tmp_path, *overrides), "--resume"],
+        env=terminal_env, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )
+    assert again.returncode == 2 and "nothing to resume" in again.stderr

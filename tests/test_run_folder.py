@@ -89,14 +89,40 @@ def test_an_empty_or_new_folder_is_claimed_without_a_word(tmp_path):
     assert claim_output_dir(tmp_path / "logs-only", overwrite=False) == []
 
 
-def test_resume_at_or_past_max_steps_is_refused():
+def finished_folder(tmp_path: Path, step: int) -> Path:
+    """A run folder whose final model was saved at `step`: final/ and the summary written after it."""
+    (tmp_path / "final").mkdir()
+    (tmp_path / "summary.json").write_text(json.dumps({"global_step": step, "stopped": False}))
+    return tmp_path / f"checkpoint-{step}"
+
+
+def test_resume_at_or_past_max_steps_is_refused_once_the_final_model_is_saved(tmp_path):
+    checkpoint = finished_folder(tmp_path, 50)
     with pytest.raises(
         ConfigError, match=r"checkpoint-50 is already at step 50 and training.max_steps is 50"
     ):
-        check_resume_target("runs/x/checkpoint-50", max_steps=50)
+        check_resume_target(checkpoint, max_steps=50)
     with pytest.raises(ConfigError, match="nothing to resume"):
-        check_resume_target("runs/x/checkpoint-50", max_steps=40)
-    check_resume_target("runs/x/checkpoint-50", max_steps=51)  # one more step to go: fine
+        check_resume_target(checkpoint, max_steps=40)
+    assert check_resume_target(checkpoint, max_steps=51) is False  # one more step to go: train it
+
+
+def test_a_run_stopped_while_saving_its_final_model_is_finished_not_refused(tmp_path):
+    checkpoint = tmp_path / "checkpoint-50"
+    assert check_resume_target(checkpoint, max_steps=50) is True  # no final/: finish, train nothing
+    (tmp_path / "final").mkdir()  # a final/ of an earlier end (the summary says step 30)
+    (tmp_path / "summary.json").write_text(json.dumps({"global_step": 30, "stopped": False}))
+    assert check_resume_target(checkpoint, max_steps=50) is True
+    assert check_resume_target(checkpoint, max_steps=60) is False
+
+
+def test_a_time_budget_end_counts_as_the_end_of_the_run(tmp_path):
+    checkpoint = tmp_path / "checkpoint-50"
+    assert check_resume_target(checkpoint, max_steps=3000, planned_end=50) is True  # its final/ is missing
+    assert check_resume_target(checkpoint, max_steps=3000, planned_end=80) is False  # planned further
+    finished_folder(tmp_path, 50)
+    with pytest.raises(ConfigError, match=r"the end training.max_time planned .* model.init_from=.*final"):
+        check_resume_target(checkpoint, max_steps=3000, planned_end=50)
 
 
 @pytest.fixture(scope="module")

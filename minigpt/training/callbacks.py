@@ -78,10 +78,27 @@ def format_count(n: float) -> str:
 
 
 class LogLineProgressCallback(ProgressCallback):
-    """Trainer's progress bar, with each log record written above it as one readable line."""
+    """Trainer's progress bar, with each log record written above it as one readable line.
+
+    The bar's length follows `state.max_steps`, which a time budget moves when it plans the run.
+    Once a stop is requested (Ctrl-C), no more lines are printed: the stop's own line is the last
+    (the records still go to metrics.jsonl).
+    """
+
+    def __init__(self, stop_controller: StopController | None = None) -> None:
+        super().__init__()
+        self.stop_controller = stop_controller
+
+    def on_step_end(self, args, state, control, **kwargs) -> None:
+        if self.training_bar is not None and self.training_bar.total != state.max_steps:
+            self.training_bar.total = state.max_steps
+            self.training_bar.refresh()
+        super().on_step_end(args, state, control, **kwargs)
 
     def on_log(self, args, state, control, logs=None, **kwargs) -> None:
         if not state.is_world_process_zero or logs is None:
+            return
+        if self.stop_controller is not None and self.stop_controller.stop_requested:
             return
         line = format_log_line(logs, state.global_step, state.max_steps)
         if line is not None:
@@ -103,16 +120,21 @@ class MetricsFileCallback(TrainerCallback):
         self.segment = segment
 
     def on_train_begin(self, args, state, control, **kwargs) -> None:
-        if not state.is_world_process_zero:
-            return
+        if state.is_world_process_zero:
+            self.keep_through(state.global_step, new_segment=True)
+
+    def keep_through(self, step: int, *, new_segment: bool = False, evaluation_at_step: bool = True) -> None:
+        """Drop the records after `step` (and its evaluation, when `evaluation_at_step` is False:
+        it is about to be redone); `new_segment` records this (re)start's settings at `step`."""
         kept = []
         if self.path.exists():
-            kept = [
-                line for line in self.path.read_text().splitlines() if _step_of(line) <= state.global_step
-            ]
-            kept = [line for line in kept if not ('"segment"' in line and _step_of(line) == state.global_step)]
-        if self.segment is not None:
-            kept.append(json.dumps({"step": state.global_step, "segment": self.segment}))
+            kept = [line for line in self.path.read_text().splitlines() if _step_of(line) <= step]
+            if new_segment:
+                kept = [line for line in kept if not ('"segment"' in line and _step_of(line) == step)]
+            if not evaluation_at_step:
+                kept = [line for line in kept if not ('"eval_loss"' in line and _step_of(line) == step)]
+        if new_segment and self.segment is not None:
+            kept.append(json.dumps({"step": step, "segment": self.segment}))
         if kept or self.path.exists():
             with atomic_write_file(self.path, encoding="utf-8") as handle:  # a kill here keeps the old file
                 handle.write("".join(line + "\n" for line in kept))
@@ -158,7 +180,9 @@ class SampleTextCallback(TrainerCallback):
         temperature: float,
         top_k: int | None,
         seed: int,
+        stop_controller: StopController | None = None,
     ) -> None:
+        self.stop_controller = stop_controller  # no samples once a stop is requested: it exits promptly
         self.tokenizer = tokenizer
         self.prompts = prompts
         self.path = Path(path)
@@ -175,7 +199,8 @@ class SampleTextCallback(TrainerCallback):
             self.path.unlink()  # a fresh start: samples of an earlier, unfinished attempt are not this run's
 
     def on_step_end(self, args, state, control, model=None, **kwargs) -> None:
-        if self.every and state.global_step % self.every == 0:
+        stopping = self.stop_controller is not None and self.stop_controller.stop_requested
+        if self.every and state.global_step % self.every == 0 and not stopping:
             self.sample(args, state, model)
 
     def on_train_end(self, args, state, control, model=None, **kwargs) -> None:

@@ -28,7 +28,7 @@ import torch.distributed as dist
 import yaml
 from safetensors import safe_open
 from transformers import Trainer
-from transformers.trainer_callback import ExportableState
+from transformers.trainer_callback import ExportableState, TrainerState
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, SaveStrategy, rotate_checkpoints
 
 from ..atomic import fsync_dir, replace_dir
@@ -78,6 +78,12 @@ class AtomicCheckpointTrainer(Trainer):
         self.stop_controller = stop_controller
         if stop_controller is not None:
             self.add_callback(StopTrainingCallback(stop_controller))
+
+    def restore_without_training(self, checkpoint: str | os.PathLike) -> None:
+        """Load `checkpoint`'s weights and state (its step, its log history) and train nothing: what
+        finishes a run that was stopped while evaluating or saving its final model."""
+        self.state = TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE_NAME))
+        self._load_from_checkpoint(str(checkpoint))
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         """Write `checkpoint-N` into a staging folder on every process, then rename it into place.

@@ -4,13 +4,15 @@ Starting a new run where another run's checkpoints or `final/` are would mix the
 run's checkpoints sit beside the old ones, and `--resume` later picks whichever has the higher
 step. So a fresh start in such a folder is refused with one line, unless the config says
 `training.overwrite_output_dir: true` (Trainer's name), which removes the old run's outputs first;
-and `--resume` of a run already at `training.max_steps` is refused without touching anything.
+and `--resume` of a run already at its end is refused without touching anything (or, when the run
+was stopped while saving its final model, finishes it without training a step).
 
 Plain Python (no torch), so these checks run before anything heavy.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -77,16 +79,48 @@ def claim_output_dir(output_dir: str | os.PathLike, overwrite: bool, resume_comm
     return removed
 
 
-def check_resume_target(checkpoint: str | os.PathLike, max_steps: int) -> None:
-    """Refuse to resume a checkpoint already at or past `max_steps` (it would train a step too many)."""
-    step = checkpoint_step(checkpoint)
-    if step is not None and step >= max_steps:
-        raise ConfigError(
-            f"{Path(checkpoint).name} is already at step {step} and training.max_steps is {max_steps}: "
-            f"nothing to resume; raise training.max_steps (e.g. training.max_steps={step + max(step // 2, 1)}) "
-            "to train further"
-        )
+def final_model_saved_at(output_dir: str | os.PathLike, step: int) -> bool:
+    """True when `output_dir/final/` holds the model of step `step` or a later one.
 
+    `summary.json` is written after `final/` and says the step it was saved at; a run stopped while
+    saving its final model has a checkpoint at its last step and no final/ (or the previous one).
+    """
+    output_dir = Path(output_dir)
+    if not (output_dir / FINAL_DIR).is_dir():
+        return False
+    try:
+        summary = json.loads((output_dir / SUMMARY_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(summary, dict) and not summary.get("stopped") and int(summary.get("global_step", -1)) >= step
+
+
+def check_resume_target(checkpoint: str | os.PathLike, max_steps: int, planned_end: int | None = None) -> bool:
+    """Whether `--resume` from `checkpoint` has steps to train (False) or only the end to finish (True).
+
+    The run ends at `training.max_steps`, or at `planned_end` when a time budget (`training.max_time`)
+    planned an earlier end. A checkpoint at that end whose final model was never saved (the run was
+    stopped while evaluating or saving it) is finished: evaluated and saved, no step trained. One
+    already finished is refused: there is nothing to resume, and a step past the end would be one too
+    many.
+    """
+    step = checkpoint_step(checkpoint)
+    end = min(max_steps, planned_end) if planned_end is not None else max_steps
+    if step is None or step < end:
+        return False
+    if not final_model_saved_at(Path(checkpoint).parent, step):
+        return True
+    if planned_end is not None and planned_end < max_steps:
+        raise ConfigError(
+            f"{Path(checkpoint).name} is at step {step}, the end training.max_time planned for this run, "
+            f"and its final model is saved: nothing to resume; to train further, start a new run from it "
+            f"with model.init_from={Path(checkpoint).parent / FINAL_DIR}"
+        )
+    raise ConfigError(
+        f"{Path(checkpoint).name} is already at step {step} and training.max_steps is {max_steps}: "
+        f"nothing to resume; raise training.max_steps (e.g. training.max_steps={step + max(step // 2, 1)}) "
+        "to train further"
+    )
 
 __all__ = [
     "FINAL_DIR",
@@ -98,6 +132,7 @@ __all__ = [
     "check_resume_target",
     "checkpoint_step",
     "claim_output_dir",
+    "final_model_saved_at",
     "holds_a_run",
     "list_checkpoints",
     "run_outputs",

@@ -15,8 +15,11 @@ scheduler.pt, so a resumed run keeps the planned length and its learning rates e
 from __future__ import annotations
 
 import math
+import os
 import time
+from pathlib import Path
 
+import torch
 from transformers import TrainerCallback
 
 # Steps timed before planning; the first ones (thread start-up, allocator warm-up) are left out.
@@ -135,4 +138,20 @@ class TimeBudgetCallback(TrainerCallback):
         state.max_steps = planned
 
 
-__all__ = ["TimeBudgetCallback", "WarmupStableDecay", "plan_steps"]
+def planned_end(checkpoint: str | os.PathLike) -> int | None:
+    """The last step a time budget planned for the run, as `checkpoint`'s scheduler.pt holds it;
+    None when no plan was made (no time budget, another schedule, or planned after this step)."""
+    path = Path(checkpoint) / "scheduler.pt"
+    if not path.is_file():
+        return None
+    try:  # LambdaLR saves each callable multiplier's attributes: plain numbers and flags
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # unreadable here: the resume's own load says what is wrong
+        return None
+    for multiplier in state.get("lr_lambdas") or []:
+        if isinstance(multiplier, dict) and multiplier.get("planned"):
+            return int(multiplier["total_steps"])
+    return None
+
+
+__all__ = ["TimeBudgetCallback", "WarmupStableDecay", "plan_steps", "planned_end"]

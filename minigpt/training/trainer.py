@@ -93,7 +93,7 @@ from .throughput import (
     resolve_peak_flops,
     store_peak_flops,
 )
-from .time_budget import TimeBudgetCallback, WarmupStableDecay
+from .time_budget import TimeBudgetCallback, WarmupStableDecay, planned_end
 
 
 @dataclass
@@ -457,6 +457,7 @@ def build_trainer(
             temperature=run.training.sample_temperature,
             top_k=run.training.sample_top_k,
             seed=run.training.seed,
+            stop_controller=stop_controller,
         ),
     ]
     if args.device.type == "cpu" and (torch.get_num_threads() > 1 or (max_threads or 0) > 1):
@@ -498,7 +499,7 @@ def build_trainer(
         schedule=schedule,
     )
     trainer.remove_callback(ProgressCallback)
-    trainer.add_callback(LogLineProgressCallback())
+    trainer.add_callback(LogLineProgressCallback(stop_controller))
     return trainer
 
 
@@ -566,9 +567,10 @@ def run_training(
         check_fits_model(run, whose="the base model's ")
         attention = resolve_hardware(run.hardware).attn_implementation
         base_weights = load_base_weights(base, model_config, attention)
+    finishing = False  # True: the checkpoint is the run's last step, only its final model is missing
     if checkpoint is not None:
         check_resume_compatible(run.to_dict(), checkpoint)
-        check_resume_target(checkpoint, run.training.max_steps)
+        finishing = check_resume_target(checkpoint, run.training.max_steps, planned_end(checkpoint))
     elif main or not run.training.overwrite_output_dir:  # every process refuses; only the main one removes
         removed = claim_output_dir(output_dir, overwrite=run.training.overwrite_output_dir)
         if removed:
@@ -631,8 +633,22 @@ def run_training(
         if base is not None:
             print(f"starting from {base.name} ({base.model_type}): evaluating it on the new validation data first", flush=True)
 
-    with stop_controller.install_signal_handlers():
-        trainer.train(resume_from_checkpoint=checkpoint)
+    if finishing:
+        if main:
+            print(
+                f"{Path(checkpoint).name} is the run's last step and its final model was never saved: "
+                "evaluating and saving it, no step trained",
+                flush=True,
+            )
+        trainer.restore_without_training(checkpoint)
+        step, history = trainer.state.global_step, trainer.state.log_history
+        evaluated = any(r.get("step") == step and "eval_loss" in r for r in history)
+        for callback in trainer.callback_handler.callbacks:  # an evaluation the stop cut short is redone
+            if isinstance(callback, MetricsFileCallback) and main:
+                callback.keep_through(step, evaluation_at_step=evaluated)
+    else:
+        with stop_controller.install_signal_handlers():
+            trainer.train(resume_from_checkpoint=checkpoint)
     stopped = stop_controller.stop_requested
 
     history = trainer.state.log_history
