@@ -406,6 +406,37 @@ def test_metrics_file_drops_records_of_steps_a_resume_will_redo(tmp_path):
     assert [r["step"] for r in read_jsonl(path)] == [1, 2, 3, 4, 5, 6]
 
 
+def test_a_redone_evaluation_is_dropped_and_later_records_too(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    records = [{"step": 7, "loss": 1.0}, {"step": 8, "loss": 1.0}, {"step": 8, "eval_loss": 2.0}, {"step": 9}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    MetricsFileCallback(path).keep_through(8, evaluation_at_step=False)
+    assert read_jsonl(path) == records[:2]
+
+
+def test_the_progress_bar_follows_the_planned_length_and_a_stop_silences_log_lines(capsys):
+    from transformers import TrainerControl, TrainerState
+
+    from minigpt.training.callbacks import LogLineProgressCallback
+    from minigpt.training.interrupt import StopController
+
+    controller = StopController()
+    callback = LogLineProgressCallback(controller)
+    state = TrainerState(global_step=0, max_steps=3000)
+    state.is_world_process_zero = True
+    args = type("Args", (), {"disable_tqdm": False})()
+    callback.on_train_begin(args, state, TrainerControl())
+    state.global_step, state.max_steps = 25, 1685  # a time budget planned the run at step 25
+    callback.on_step_end(args, state, TrainerControl())
+    assert callback.training_bar.total == 1685 and callback.training_bar.n == 25
+    callback.on_log(args, state, TrainerControl(), logs={"loss": 1.0})
+    assert "step 25/1685" in capsys.readouterr().out
+    controller.request_stop()
+    callback.on_log(args, state, TrainerControl(), logs={"loss": 1.0})
+    assert "step 25" not in capsys.readouterr().out
+    callback.on_train_end(args, state, TrainerControl())
+
+
 def test_samples_do_not_touch_the_training_rng(tmp_path, tokenizer_dir, monkeypatch):
     from minigpt.training.callbacks import generate_samples
 
