@@ -90,3 +90,21 @@ def test_a_run_with_a_time_budget_ends_at_the_planned_step_fully_decayed(tmp_pat
     plan = scheduler["lr_lambdas"][0]
     assert plan["total_steps"] == steps and plan["planned"] and 0.1 * steps <= plan["elapsed"] <= 30
     assert math.isfinite(summary["eval_bpb"])
+
+
+def test_the_planned_end_is_read_back_from_a_checkpoints_scheduler(tmp_path):
+    from minigpt.training.time_budget import planned_end
+
+    schedule = WarmupStableDecay(warmup_steps=10, total_steps=3000, decay_fraction=0.3, min_ratio=0.1)
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    checkpoint = tmp_path / "checkpoint-40"
+    checkpoint.mkdir()
+    torch.save(scheduler.state_dict(), checkpoint / "scheduler.pt")
+    assert planned_end(checkpoint) is None  # saved before any plan: the run ends at max_steps
+    schedule.total_steps, schedule.planned = 1685, True
+    torch.save(scheduler.state_dict(), checkpoint / "scheduler.pt")
+    assert planned_end(checkpoint) == 1685
+    (checkpoint / "scheduler.pt").write_bytes(b"not a torch file")
+    assert planned_end(checkpoint) is None
+    assert planned_end(tmp_path / "missing") is None

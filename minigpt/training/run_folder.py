@@ -90,9 +90,10 @@ def final_model_saved_at(output_dir: str | os.PathLike, step: int) -> bool:
         return False
     try:
         summary = json.loads((output_dir / SUMMARY_FILE).read_text())
-    except (OSError, ValueError):
+        saved_step = int(summary["global_step"])
+    except (OSError, ValueError, TypeError, KeyError):  # no summary, or not one this code wrote
         return False
-    return isinstance(summary, dict) and not summary.get("stopped") and int(summary.get("global_step", -1)) >= step
+    return not summary.get("stopped") and saved_step >= step
 
 
 def check_resume_target(checkpoint: str | os.PathLike, max_steps: int, planned_end: int | None = None) -> bool:
@@ -121,6 +122,7 @@ def check_resume_target(checkpoint: str | os.PathLike, max_steps: int, planned_e
         f"nothing to resume; raise training.max_steps (e.g. training.max_steps={step + max(step // 2, 1)}) "
         "to train further"
     )
+
 
 __all__ = [
     "FINAL_DIR",
