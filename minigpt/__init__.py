@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import time
 from typing import Any
 
 # On a machine other jobs already use, OpenMP threads that sleep rather than spin while they wait
@@ -42,7 +43,8 @@ def _cpu_busy_fraction(interval: float = 0.1) -> float:
         return sum(fields), fields[3] + fields[4]  # total, idle + iowait
 
     try:
-        (total0, idle0), _ = times(), __import__("time").sleep(interval)
+        total0, idle0 = times()
+        time.sleep(interval)
         total1, idle1 = times()
         return 1.0 - (idle1 - idle0) / max(1, total1 - total0)
     except (OSError, ValueError, IndexError):

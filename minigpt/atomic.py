@@ -83,25 +83,6 @@ def fsync_dir(path: str | os.PathLike) -> None:
 
 
 @contextlib.contextmanager
-def atomic_write_file(path: str | os.PathLike, mode: str = "w", **open_kwargs) -> Iterator:
-    """Open a temporary sibling of `path` for writing; rename it over `path` on success."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = make_temp_file(path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, mode, **open_kwargs) as handle:
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-@contextlib.contextmanager
 def atomic_output_path(path: str | os.PathLike) -> Iterator[Path]:
     """A temporary sibling of `path` for writers that take a file name, not a handle (GGUF's);
     flushed and renamed over `path` when the block ends without an error, removed otherwise."""
@@ -119,6 +100,13 @@ def atomic_output_path(path: str | os.PathLike) -> Iterator[Path]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+@contextlib.contextmanager
+def atomic_write_file(path: str | os.PathLike, mode: str = "w", **open_kwargs) -> Iterator:
+    """Open a temporary sibling of `path` for writing; rename it over `path` on success."""
+    with atomic_output_path(path) as temporary, open(temporary, mode, **open_kwargs) as handle:
+        yield handle
 
 
 def replace_dir(staging: str | os.PathLike, target: str | os.PathLike) -> None:

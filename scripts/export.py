@@ -55,22 +55,21 @@ def main() -> None:
 
     location = resolve_model(args.model, hub_dir=args.hub_dir, revision=args.revision)
     model, tokenizer = load_model(location, attn_implementation="eager"), load_tokenizer(location)
-    # Every refusal comes before anything is written: a --gguf the model cannot take stops --output too.
+    # Every refusal comes before --output is written: the stock conversion (checked on a batch) first,
+    # then the GGUF file, whose writer refuses before it writes (atomically) and so stops --output too.
     export = to_stock_model(model, args.to) if args.output is not None else None
     if args.gguf is not None:
-        from minigpt.export.gguf_export import gguf_architecture, write_gguf
+        from minigpt.export.gguf_export import write_gguf
 
-        gguf_architecture(model.config)
-    source_name = location.name_or_path if location.is_repo else Path(location.name_or_path).name
+        arch = write_gguf(model, tokenizer, args.gguf, dtype=args.dtype)
+        print(f"wrote {args.gguf}: GGUF arch {arch}, {args.dtype}")
     if export is not None:
+        source_name = location.name_or_path if location.is_repo else Path(location.name_or_path).name
         write_stock_folder(export, tokenizer, args.output, model.generation_config, source_name)
         print(
             f"wrote {args.output}: {type(export.model).__name__}, loads without remote code "
             f"(max logit difference {export.max_logit_difference:.1e})"
         )
-    if args.gguf is not None:
-        arch = write_gguf(model, tokenizer, args.gguf, dtype=args.dtype)
-        print(f"wrote {args.gguf}: GGUF arch {arch}, {args.dtype}")
 
 
 if __name__ == "__main__":

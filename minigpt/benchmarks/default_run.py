@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..run_layout import METRICS_FILE, SUMMARY_FILE
 from .machine import load_average
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -45,8 +46,8 @@ def time_default_run(config: Path, workdir: Path, overrides: list[str] | None = 
     if result.returncode != 0:
         tail = (workdir / "train.log").read_text()[-3000:]
         raise RuntimeError(f"the default run failed (exit {result.returncode}):\n{tail}")
-    summary = json.loads((output_dir / "summary.json").read_text())
-    records = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines() if line]
+    summary = json.loads((output_dir / SUMMARY_FILE).read_text())
+    records = [json.loads(line) for line in (output_dir / METRICS_FILE).read_text().splitlines() if line]
     train_runtime = next((r["train_runtime"] for r in reversed(records) if "train_runtime" in r), None)
     return {
         "config": str(config),

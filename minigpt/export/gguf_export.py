@@ -29,8 +29,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from ..atomic import atomic_output_path
 from ..model.configuration_minigpt import MiniGPTConfig
 from .errors import ExportError
+from .targets import GGUF_DTYPES
 
-GGUF_DTYPES = ("f32", "f16", "q8_0")
 # ggml's GELU is the tanh approximation, 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))), read from an f16
 # table; these are transformers' names for that formula. "gelu" (erf) is another function: refused.
 TANH_GELU = ("gelu_pytorch_tanh", "gelu_new", "gelu_fast")

@@ -20,10 +20,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ..errors import MiniGPTUserError
 from ..model import register_auto_classes
-from ..run_layout import checkpoint_step, list_checkpoints
+from ..run_layout import FINAL_DIR, checkpoint_step, list_checkpoints
 from . import store
 
-FINAL_MODEL_DIRNAME = "final"  # where training saves the finished model inside a run folder
+FINAL_MODEL_DIRNAME = FINAL_DIR  # where training saves the finished model inside a run folder
 
 
 class ModelNotFoundError(MiniGPTUserError):

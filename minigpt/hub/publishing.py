@@ -158,6 +158,7 @@ def _stock_files(
     Empty when `form` is "auto" and no stock architecture computes the model (it is published as is).
     """
     model = MiniGPTForCausalLM.from_pretrained(model_dir, attn_implementation="eager").eval()
+    tokenizer = load_tokenizer(model_dir)
     files: dict[str, Path] = {}
     if form != "minigpt":
         try:
@@ -168,11 +169,11 @@ def _stock_files(
             export = None
         if export is not None:
             generation = GenerationConfig.from_pretrained(generation_file.parent, generation_file.name)
-            folder = write_stock_folder(export, load_tokenizer(model_dir), staging / "stock", generation)
+            folder = write_stock_folder(export, tokenizer, staging / "stock", generation)
             files = {p.name: p for p in sorted(folder.iterdir()) if p.name != "README.md"}
     if gguf_dtype is not None:
         name = f"{repo_id.split('/')[-1]}-{gguf_dtype.upper()}.gguf"
-        write_gguf(model, load_tokenizer(model_dir), staging / name, dtype=gguf_dtype)
+        write_gguf(model, tokenizer, staging / name, dtype=gguf_dtype)
         files[name] = staging / name
     return files
 

@@ -202,12 +202,15 @@ class MiniGPTAttention(nn.Module):
         B, T, C = hidden_states.shape
         qkv = self.c_attn(hidden_states).view(B, T, 3, self.num_heads, self.head_dim)
         qkv = qkv.permute(2, 0, 3, 1, 4)  # (3, B, nh, T, hs)
-        query_key, value = qkv[:2], qkv[2]  # (2, B, nh, T, hs), (B, nh, T, hs)
-        if self.config.qk_norm:
-            query_key = torch.stack((self.q_norm(query_key[0]), self.k_norm(query_key[1])))
-        if position_embeddings is not None:  # rotary: (B, 1, T, hs) cos and signed sin
-            query_key = apply_rotary(query_key, *position_embeddings)
-        query, key = query_key.unbind(0)  # 2 x (B, nh, T, hs)
+        value = qkv[2]  # (B, nh, T, hs)
+        if self.config.qk_norm:  # two new tensors already: rotate each (stacking them would copy both)
+            query, key = self.q_norm(qkv[0]), self.k_norm(qkv[1])
+            if position_embeddings is not None:  # rotary: (B, 1, T, hs) cos and signed sin
+                query, key = apply_rotary(query, *position_embeddings), apply_rotary(key, *position_embeddings)
+        elif position_embeddings is not None:  # q and k rotated together, as one (2, B, nh, T, hs) view
+            query, key = apply_rotary(qkv[:2], *position_embeddings).unbind(0)
+        else:
+            query, key = qkv[0], qkv[1]
         if cache is not None:
             key, value = cache.update(key, value, self.layer_idx)  # (B, nh, S, hs)
 

@@ -168,7 +168,7 @@ class BusyCoresCallback(TrainerCallback):
             if len(self._trial) >= self.trial_steps:
                 self._end_trial(state, threads)
             return
-        self._settled = (self._settled + [seconds])[-TRIAL_STEPS * 2 :]
+        self._settled = (self._settled + [seconds])[-self.trial_steps * 2 :]
         self._steps_since_check += 1
         if len(self._settled) < self.trial_steps:
             return

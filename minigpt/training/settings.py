@@ -167,7 +167,7 @@ class TrainingSettings:
     )
     max_steps: int = 1000  # optimizer steps in the whole run
     learning_rate: float = 1e-3  # peak learning rate, reached at the end of warmup
-    min_learning_rate: float = 1e-4  # floor of the cosine decay (used by cosine_with_min_lr only)
+    min_learning_rate: float = 1e-4  # floor of the decay: cosine_with_min_lr, warmup_stable_decay (Muon: the same fraction)
     lr_scheduler_type: str = "cosine_with_min_lr"  # Trainer schedule name; warmup is linear in all of them
     warmup_steps: int = 100  # linear warmup from 0 to learning_rate over this many steps
     # warmup_stable_decay: the share of the run, at its end, over which the LR decays to min_learning_rate

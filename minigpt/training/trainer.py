@@ -95,6 +95,8 @@ from .throughput import (
 )
 from .time_budget import TimeBudgetCallback, WarmupStableDecay, planned_end
 
+EVALUATION_METRICS = ("eval_loss", "eval_perplexity", "eval_bpb")  # what the summary keeps of an evaluation
+
 
 @dataclass
 class TrainingResult:
@@ -313,20 +315,20 @@ def muon_kwargs(training: TrainingSettings) -> dict[str, Any] | None:
 
 def build_model(run: RunConfig, tokenizer: PreTrainedTokenizerBase) -> PreTrainedModel:
     """A freshly initialised MiniGPT sized to the tokenizer (len(tokenizer) tokens, its special ids)."""
-    config = build_model_config(run.model, tokenizer)
-    attention = resolve_hardware(run.hardware).attn_implementation
-    model = AutoModelForCausalLM.from_config(config, attn_implementation=attention)
-    model.generation_config = generation_defaults(config, run.training)  # saved with every checkpoint
-    return model
+    return fresh_model(build_model_config(run.model, tokenizer), run)
 
 
 def build_model_from_folder(folder: str | Path, run: RunConfig) -> PreTrainedModel:
     """A MiniGPT with the architecture of a saved model folder (its config.json), freshly initialised:
     for resuming a run that started from a base, whose checkpoint then supplies the weights."""
-    config = MiniGPTConfig.from_pretrained(folder)
+    return fresh_model(MiniGPTConfig.from_pretrained(folder), run)
+
+
+def fresh_model(config: MiniGPTConfig, run: RunConfig) -> PreTrainedModel:
+    """A newly initialised model of `config`, with the run's attention and generation defaults."""
     attention = resolve_hardware(run.hardware).attn_implementation
     model = AutoModelForCausalLM.from_config(config, attn_implementation=attention)
-    model.generation_config = generation_defaults(config, run.training)
+    model.generation_config = generation_defaults(config, run.training)  # saved with every checkpoint
     return model
 
 
@@ -643,9 +645,9 @@ def run_training(
         trainer.restore_without_training(checkpoint)
         step, history = trainer.state.global_step, trainer.state.log_history
         evaluated = any(r.get("step") == step and "eval_loss" in r for r in history)
-        for callback in trainer.callback_handler.callbacks:  # an evaluation the stop cut short is redone
-            if isinstance(callback, MetricsFileCallback) and main:
-                callback.keep_through(step, evaluation_at_step=evaluated)
+        if main:  # an evaluation the stop cut short is redone: drop its record
+            metrics_file = next(c for c in trainer.callback_handler.callbacks if isinstance(c, MetricsFileCallback))
+            metrics_file.keep_through(step, evaluation_at_step=evaluated)
     else:
         with stop_controller.install_signal_handlers():
             trainer.train(resume_from_checkpoint=checkpoint)
@@ -658,9 +660,7 @@ def run_training(
         if last_eval is None or last_eval["step"] != trainer.state.global_step:
             trainer.evaluate()
             last_eval = history[-1]
-        final_metrics = {
-            k: v for k, v in last_eval.items() if k in ("eval_loss", "eval_perplexity", "eval_bpb")
-        }
+        final_metrics = {k: v for k, v in last_eval.items() if k in EVALUATION_METRICS}
 
     final_dir = None
     if not stopped:
@@ -677,7 +677,7 @@ def run_training(
     base_metrics = {}
     if run.model.init_from is not None:  # the eval on start, logged at step 0 (kept by a resume)
         first = next((r for r in history if "eval_loss" in r and r.get("step") == 0), {})
-        base_metrics = {k: v for k, v in first.items() if k in ("eval_loss", "eval_perplexity", "eval_bpb")}
+        base_metrics = {k: v for k, v in first.items() if k in EVALUATION_METRICS}
     result = TrainingResult(
         output_dir=output_dir,
         final_dir=final_dir,
