@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -113,3 +117,17 @@ def subprocess_env(tmp_path):
 
 
 PYTHON = sys.executable
+
+
+@contextlib.contextmanager
+def busy_cores(count: int = 1) -> Iterator[list[subprocess.Popen]]:
+    """`count` processes each spinning on a core (`python -c "while True: pass"`), already spinning
+    when the block starts: a probe that ran during their Python start-up would see idle cores."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        time.sleep(0.5)
+        yield spinners
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()

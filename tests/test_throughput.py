@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import torch
+from conftest import busy_cores
 
 from minigpt.training import throughput
 from minigpt.training.throughput import (
@@ -93,13 +94,8 @@ def test_a_peak_measured_on_busy_cores_serves_the_run_but_is_not_cached(tmp_path
 
 def test_a_busy_core_shows_in_the_measurement():
     """Two processes spinning on this 2-core machine's cores: our threads get far less than their share."""
-    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
-    try:
+    with busy_cores(os.cpu_count() or 2):
         measured = measure_matmul_peak(torch.device("cpu"), torch.float32, size=1024, repeats=3)
-    finally:
-        for spinner in spinners:
-            spinner.kill()
-            spinner.wait()
     if torch.get_num_threads() > 1:
         assert measured.cpu_share < QUIET_CPU_SHARE and not measured.quiet, measured
 
