@@ -235,7 +235,7 @@ def table_rows(results: dict) -> list[list[str]]:
         if "training_path_over_plain_loop" in ratios:
             ratio = format_spread(ratios["training_path_over_plain_loop"], ".3f")
             rows.append(["training path time / plain loop time", "", ratio])
-        for gpt2 in ("gpt2_trainer", "gpt2_trainer_flush"):
+        for gpt2 in ("gpt2_trainer", "gpt2_trainer_cpu_settings"):
             if f"speedup_over_{gpt2}" in ratios:
                 ratio = format_spread(ratios[f"speedup_over_{gpt2}"], ".2f", "x")
                 rows.append([f"training path speedup over {gpt2}", "", ratio])

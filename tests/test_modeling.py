@@ -258,6 +258,57 @@ def test_rmsnorm_and_gated_mlp_equal_llamas_modules():
         assert (block.mlp(x) - reference_mlp(x)).abs().max().item() < 1e-6
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rmsnorm_training_backward_equals_autograd_of_llamas_formula(dtype):
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    from minigpt.model.modeling_minigpt import MiniGPTRMSNorm
+
+    generator = torch.Generator().manual_seed(5)
+    ours, reference = MiniGPTRMSNorm(48, eps=1e-5), LlamaRMSNorm(48, eps=1e-5)
+    with torch.no_grad():
+        ours.weight.normal_(generator=generator)
+        reference.weight.copy_(ours.weight)
+    x = (3 * torch.randn(4, 9, 48, generator=generator)).to(dtype)
+    grad = torch.randn(4, 9, 48, generator=generator)
+    results = []
+    for norm in (ours, reference):  # ours runs its hand-written backward: grad is enabled
+        inputs = x.clone().requires_grad_()
+        out = norm(inputs)
+        out.backward(grad.to(out.dtype))
+        results.append((out, inputs.grad, norm.weight.grad))
+    (out, dx, dw), (ref_out, ref_dx, ref_dw) = results
+    assert out.dtype == ref_out.dtype and dx.dtype == dtype
+    torch.testing.assert_close(out, ref_out, rtol=0, atol=0)  # the forward is the same arithmetic
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-2  # bf16: autograd rounds dy to bf16 first
+    torch.testing.assert_close(dx.float(), ref_dx.float(), rtol=tolerance, atol=tolerance)
+    torch.testing.assert_close(dw, ref_dw, rtol=1e-5, atol=1e-4)
+
+
+def test_cpu_dropout_keeps_one_minus_p_scales_them_and_backpropagates_through_the_same_mask():
+    from minigpt.model.modeling_minigpt import MiniGPTDropout
+
+    dropout = MiniGPTDropout(0.1).train()
+    x = torch.rand(1000, 1000) + 0.5  # no zeros: a zero output marks a dropped element
+    torch.manual_seed(0)
+    inputs = x.clone().requires_grad_()
+    out = dropout(inputs)
+    kept = out != 0
+    assert abs(kept.float().mean().item() - 0.9) < 0.002  # 1M Bernoulli(0.9) draws: sd 0.0003
+    scale = 65536 / (65536 - round(0.1 * 65536))
+    torch.testing.assert_close(out[kept], x[kept] * scale)
+    assert abs(out.mean().item() / x.mean().item() - 1) < 0.003  # the expectation is kept
+    out.sum().backward()
+    torch.testing.assert_close(inputs.grad, kept.float() * scale)  # the forward's mask, not a new one
+    torch.manual_seed(0)
+    assert torch.equal(dropout(x) != 0, kept)  # the default generator's seed reproduces it
+    assert not torch.equal(dropout(x) != 0, kept)  # and the next call draws a new mask
+    assert torch.equal(dropout.eval()(x), x)
+    # each of the four 16-bit lanes of a 64-bit draw keeps 1 - p on its own
+    lanes = kept.flatten()[: 4 * 10**5].view(-1, 4).float().mean(0)
+    assert (lanes - 0.9).abs().max().item() < 0.005
+
+
 def test_gated_mlp_defaults_to_llamas_width_and_the_parameter_count_of_the_standard_one():
     standard, gated = tiny_model_config(hidden_size=96), tiny_model_config(hidden_size=96, mlp_type="gated")
     assert standard.intermediate_size == 384

@@ -1,7 +1,7 @@
 """Per-step training time: the training path against a plain PyTorch loop and GPT-2 under a stock Trainer.
 
 Each contender trains in its own worker process (`worker.py`), so each keeps its own process-wide
-CPU settings (threads, denormal flushing), imports and allocator state. The parent
+CPU settings (threads, denormal flushing, allocator thresholds), imports and allocator state. The parent
 interleaves the workers (one contender's short run, its long run, then the next contender), so load
 from other jobs hits all of them alike. Per-step time = (wall of a `long_steps` run - wall of a
 `short_steps` run) / (long_steps - short_steps): everything a run does once (building the model and
@@ -13,7 +13,8 @@ Contenders, all at the same shape (layers, heads, hidden, context, batch, vocabu
   training_path       `run_training` with the run config (what `scripts/train.py` does)
   plain_loop          the same model, fused AdamW, clipping, warmup + cosine, in a bare loop
   gpt2_trainer        `GPT2LMHeadModel` under a stock `Trainer` (in-memory Dataset, default collator)
-  gpt2_trainer_flush  the same with denormals flushed, as the CPU profile sets for MiniGPT
+  gpt2_trainer_cpu_settings  the same in a process with the CPU profile's settings (flushed denormals,
+                      freed memory kept), as MiniGPT's contenders run
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import IO, Any
 
 from .spread import per_repeat_ratio, spread
 
-CONTENDERS = ("training_path", "plain_loop", "gpt2_trainer", "gpt2_trainer_flush")
+CONTENDERS = ("training_path", "plain_loop", "gpt2_trainer", "gpt2_trainer_cpu_settings")
 
 
 @dataclass
@@ -163,7 +164,7 @@ def compare_training(
     ratios = {}  # repeat by repeat: the contenders of one repeat ran back to back, under the same load
     if "training_path" in walls and "plain_loop" in walls:
         ratios["training_path_over_plain_loop"] = per_repeat_ratio(walls["training_path"], walls["plain_loop"])
-    for gpt2 in ("gpt2_trainer", "gpt2_trainer_flush"):
+    for gpt2 in ("gpt2_trainer", "gpt2_trainer_cpu_settings"):
         if "training_path" in walls and gpt2 in walls:
             ratios[f"speedup_over_{gpt2}"] = per_repeat_ratio(walls[gpt2], walls["training_path"])
     return {"rows": rows, "ratios": ratios}

@@ -1,7 +1,7 @@
 """One benchmark contender in its own process: `python -m minigpt.benchmarks.worker SPEC`.
 
 SPEC is JSON: {"contender", "config", "overrides", "warmup_steps"}. The worker applies the run's
-CPU settings first (threads, denormal flushing), builds the contender, warms it up, answers
+CPU settings first (threads, denormal flushing, the allocator's thresholds), builds the contender, warms it up, answers
 {"ready": true}, then for each line {"steps": N} on stdin trains N steps and answers
 {"wall": s, "cpu": s} on stdout. Everything the training itself prints goes to stderr (the
 parent's log file), never into the answers.
@@ -32,10 +32,11 @@ def main(argv: list[str]) -> int:
 
     run = load_run_config(spec["config"], spec["overrides"])
     contender = spec["contender"]
-    if contender == "gpt2_trainer":  # stock: the CPU as a plain PyTorch user gets it
-        run = dataclasses.replace(run, hardware=dataclasses.replace(run.hardware, flush_denormal=False))
-    elif contender == "gpt2_trainer_flush":
-        run = dataclasses.replace(run, hardware=dataclasses.replace(run.hardware, flush_denormal=True))
+    if contender in ("gpt2_trainer", "gpt2_trainer_cpu_settings"):
+        # Stock: the CPU as a plain PyTorch user gets it; or with the CPU profile's process settings.
+        tuned = contender == "gpt2_trainer_cpu_settings"
+        hardware = dataclasses.replace(run.hardware, flush_denormal=tuned, keep_freed_memory=tuned)
+        run = dataclasses.replace(run, hardware=hardware)
     apply_cpu_settings(run.hardware, choose=False)
     if contender == "gpt2_quality":  # one run at a wall-clock budget, then its evaluation
         answers.write(json.dumps(gpt2_at_budget(run, spec["seconds"])) + "\n")

@@ -272,6 +272,10 @@ class HardwareSettings:
     into denormal floats, which x86 CPUs compute 10x or more slower; flushed to zero, a training
     step at 300 steps in was 4-14% faster (more later in a run). `run_training` sets it for the
     whole process, torch's worker threads included.
+
+    `keep_freed_memory`: glibc returns large freed blocks to the kernel, so every training step
+    page-faults its activations and gradients back in (7-8% of a small CPU step); on, freed memory
+    stays in the process for the next step (see cpu_allocator.py). Set for the whole process.
     """
 
     profile: str | None = (
@@ -291,6 +295,7 @@ class HardwareSettings:
     dataloader_num_workers: int = 0  # worker processes feeding batches (0: the training process itself)
     torch_num_threads: int | None = None  # torch CPU threads per process (None: one per free core, adapted)
     flush_denormal: bool = False  # CPU: treat denormal floats as zero (x86 FTZ/DAZ), see above
+    keep_freed_memory: bool = False  # CPU: glibc keeps freed blocks for reuse (no page faults per step)
     peak_flops: float | Literal["auto"] = "auto"  # peak FLOP/s of one device for MFU; "auto" measures it
 
     def __post_init__(self) -> None:

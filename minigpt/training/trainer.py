@@ -61,6 +61,7 @@ from .callbacks import (
     StepTimerCallback,
 )
 from .checkpoints import AtomicCheckpointTrainer, check_resume_compatible, find_resume_checkpoint
+from .cpu_allocator import keep_freed_memory
 from .interrupt import StopController
 from .optimizers import AUX_ADAMW, MUON, muon_with_adamw
 from .plotting import plot_loss_curves
@@ -354,15 +355,17 @@ def generation_defaults(model_config: MiniGPTConfig, training: TrainingSettings)
 
 
 def apply_cpu_settings(hardware: HardwareSettings, say: bool = True, choose: bool = True) -> int | None:
-    """Thread count and denormal flushing, for the rest of the process.
+    """Thread count, denormal flushing and the allocator's thresholds, for the rest of the process.
 
-    Both are process-wide from here on (torch's intra-op worker threads flush too). With
+    All are process-wide from here on (torch's intra-op worker threads flush too). With
     `torch_num_threads: null` on a CPU the run starts with a thread per free core (busy_cores);
     returns the cores it may use then (the thread count may move during the run), else None.
     `choose=False` keeps torch's default of a thread per core (benchmarks compare like with like).
     """
     if hardware.flush_denormal:
         torch.set_flush_denormal(True)  # False where the CPU cannot (no x86 DAZ): nothing to gain there
+    if hardware.keep_freed_memory:
+        keep_freed_memory()  # False off glibc: nothing to gain there
     if hardware.torch_num_threads is not None:
         # Oversubscribed cores (other jobs, several processes) stall torch's thread pool badly.
         torch.set_num_threads(hardware.torch_num_threads)
