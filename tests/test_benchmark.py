@@ -101,6 +101,24 @@ def test_plain_loop_trains_the_run_model_with_its_optimizer_and_schedule(tiny_ru
     plain_loop(tiny_run)(3)  # three optimizer steps without error; the model is rebuilt per call
 
 
+@pytest.mark.parametrize("bf16", [False, True])
+def test_plain_loop_runs_at_the_precision_the_training_path_runs(tiny_run, monkeypatch, bf16):
+    from minigpt.benchmarks import contenders
+
+    run = dataclasses.replace(tiny_run, hardware=dataclasses.replace(tiny_run.hardware, bf16=bf16))
+    seen = []
+    real_autocast = torch.autocast
+
+    def recording_autocast(device_type, dtype=None, enabled=True, **kwargs):
+        seen.append((dtype, enabled))
+        return real_autocast(device_type, dtype=dtype, enabled=enabled, **kwargs)
+
+    monkeypatch.setattr(torch, "autocast", recording_autocast)
+    contenders.plain_loop(run)(2)
+    expected = (torch.bfloat16, True) if bf16 else (torch.float32, False)
+    assert seen and all(call == expected for call in seen)  # every forward, as the Trainer's
+
+
 def test_time_limit_stops_training_at_the_first_step_past_its_budget():
     from transformers import TrainerControl
 

@@ -17,7 +17,7 @@ import torch
 from ..data.corpus import PreparedCorpus, prepare_corpus
 from ..data.tokenizer import load_or_train_tokenizer
 from ..training.settings import RunConfig
-from ..training.trainer import build_model, run_training
+from ..training.trainer import build_model, run_training, training_dtype
 from .gpt2_twin import gpt2_twin_config
 
 Train = Callable[[int], None]
@@ -66,9 +66,11 @@ def block_array(corpus: PreparedCorpus) -> np.ndarray:
 
 
 def plain_loop(run: RunConfig) -> Train:
-    """The same model, optimizer (fused AdamW, decay on weight matrices), clipping and schedule
-    (linear warmup, cosine to min_learning_rate) as the training path, in a bare PyTorch loop."""
+    """The same model, precision (bf16 autocast where the run resolves it), optimizer (fused AdamW,
+    decay on weight matrices), clipping and schedule (linear warmup, cosine to min_learning_rate)
+    as the training path, in a bare PyTorch loop."""
     tokenizer, corpus = load_blocks(run)
+    precision = training_dtype(run.hardware)  # the benchmark is CPU-only: fp32 or bf16 autocast
     blocks = torch.from_numpy(block_array(corpus)).long()  # (N, T)
     t, batch = run.training, run.hardware.per_device_train_batch_size
 
@@ -99,7 +101,8 @@ def plain_loop(run: RunConfig) -> Train:
         for step in range(steps):
             start = (step * batch) % (len(blocks) - batch + 1)
             ids = blocks[order[start : start + batch]]  # (batch, T)
-            loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+            with torch.autocast("cpu", dtype=precision, enabled=precision != torch.float32):
+                loss = model(input_ids=ids, labels=ids, use_cache=False).loss
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, t.max_grad_norm)
             optimizer.step()
