@@ -33,6 +33,7 @@ import tempfile
 from pathlib import Path
 
 from minigpt.benchmarks.spread import format_spread  # no torch: --help and config errors stay fast
+from minigpt.benchmarks.training_speed import GPT2_CPU_SETTINGS, GPT2_STOCK  # no torch either
 from minigpt.errors import run_cli
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -235,7 +236,7 @@ def table_rows(results: dict) -> list[list[str]]:
         if "training_path_over_plain_loop" in ratios:
             ratio = format_spread(ratios["training_path_over_plain_loop"], ".3f")
             rows.append(["training path time / plain loop time", "", ratio])
-        for gpt2 in ("gpt2_trainer", "gpt2_trainer_cpu_settings"):
+        for gpt2 in (GPT2_STOCK, GPT2_CPU_SETTINGS):
             if f"speedup_over_{gpt2}" in ratios:
                 ratio = format_spread(ratios[f"speedup_over_{gpt2}"], ".2f", "x")
                 rows.append([f"training path speedup over {gpt2}", "", ratio])

@@ -69,7 +69,6 @@ def test_a_small_matmul_measures_a_plausible_rate():
 def test_flush_denormal_reaches_torch_worker_threads():
     # In a child, so the mode is not left on in pytest's process.
     code = """
-import pytest
 import torch
 from minigpt.training.settings import HardwareSettings
 from minigpt.training.trainer import apply_cpu_settings

@@ -16,8 +16,8 @@ from typing import Any
 
 from minigpt.evaluation import read_run_config
 from minigpt.generation import SamplingSettings, random_seed, stream_text
-from minigpt.hub.loading import FINAL_MODEL_DIRNAME, ModelLocation, load_model, load_tokenizer, resolve_model
-from minigpt.training.run_folder import RESOLVED_CONFIG_NAME, list_checkpoints
+from minigpt.hub.loading import ModelLocation, load_model, load_tokenizer, resolve_model
+from minigpt.training.run_folder import FINAL_DIR, RESOLVED_CONFIG_NAME, list_checkpoints
 
 
 @dataclass
@@ -90,8 +90,8 @@ def list_model_choices(roots: list[Path]) -> list[str]:
             runs.update(p.parent for p in root.glob(f"*/{RESOLVED_CONFIG_NAME}"))
     choices: list[tuple[float, str]] = []
     for run in runs:
-        if (run / FINAL_MODEL_DIRNAME / "config.json").is_file():
-            choices.append(((run / FINAL_MODEL_DIRNAME).stat().st_mtime, str(run)))
+        if (run / FINAL_DIR / "config.json").is_file():
+            choices.append(((run / FINAL_DIR).stat().st_mtime, str(run)))
         for checkpoint in list_checkpoints(run):
             if (checkpoint / "config.json").is_file():
                 choices.append((checkpoint.stat().st_mtime, str(checkpoint)))

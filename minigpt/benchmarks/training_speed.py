@@ -29,7 +29,8 @@ from typing import IO, Any
 
 from .spread import per_repeat_ratio, spread
 
-CONTENDERS = ("training_path", "plain_loop", "gpt2_trainer", "gpt2_trainer_cpu_settings")
+GPT2_STOCK, GPT2_CPU_SETTINGS = "gpt2_trainer", "gpt2_trainer_cpu_settings"  # one model, two processes
+CONTENDERS = ("training_path", "plain_loop", GPT2_STOCK, GPT2_CPU_SETTINGS)
 
 
 @dataclass
@@ -164,10 +165,10 @@ def compare_training(
     ratios = {}  # repeat by repeat: the contenders of one repeat ran back to back, under the same load
     if "training_path" in walls and "plain_loop" in walls:
         ratios["training_path_over_plain_loop"] = per_repeat_ratio(walls["training_path"], walls["plain_loop"])
-    for gpt2 in ("gpt2_trainer", "gpt2_trainer_cpu_settings"):
+    for gpt2 in (GPT2_STOCK, GPT2_CPU_SETTINGS):
         if "training_path" in walls and gpt2 in walls:
             ratios[f"speedup_over_{gpt2}"] = per_repeat_ratio(walls[gpt2], walls["training_path"])
     return {"rows": rows, "ratios": ratios}
 
 
-__all__ = ["CONTENDERS", "TrainingBenchmark", "Worker", "compare_training"]
+__all__ = ["CONTENDERS", "GPT2_CPU_SETTINGS", "GPT2_STOCK", "TrainingBenchmark", "Worker", "compare_training"]

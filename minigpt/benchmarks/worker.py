@@ -29,14 +29,16 @@ def main(argv: list[str]) -> int:
     from ..training.trainer import apply_cpu_settings
     from .contenders import build_contender
     from .quality import gpt2_at_budget
+    from .training_speed import GPT2_CPU_SETTINGS, GPT2_STOCK
 
     run = load_run_config(spec["config"], spec["overrides"])
     contender = spec["contender"]
-    if contender in ("gpt2_trainer", "gpt2_trainer_cpu_settings"):
+    if contender in (GPT2_STOCK, GPT2_CPU_SETTINGS):
         # Stock: the CPU as a plain PyTorch user gets it; or with the CPU profile's process settings.
-        tuned = contender == "gpt2_trainer_cpu_settings"
+        # The same GPT-2 under the same Trainer either way: only this process differs.
+        tuned = contender == GPT2_CPU_SETTINGS
         hardware = dataclasses.replace(run.hardware, flush_denormal=tuned, keep_freed_memory=tuned)
-        run = dataclasses.replace(run, hardware=hardware)
+        run, contender = dataclasses.replace(run, hardware=hardware), GPT2_STOCK
     apply_cpu_settings(run.hardware, choose=False)
     if contender == "gpt2_quality":  # one run at a wall-clock budget, then its evaluation
         answers.write(json.dumps(gpt2_at_budget(run, spec["seconds"])) + "\n")

@@ -23,8 +23,6 @@ from ..model import register_auto_classes
 from ..run_layout import FINAL_DIR, checkpoint_step, list_checkpoints
 from . import store
 
-FINAL_MODEL_DIRNAME = FINAL_DIR  # where training saves the finished model inside a run folder
-
 
 class ModelNotFoundError(MiniGPTUserError):
     """MODEL names no model folder, run, checkpoint or repo in the hub folder."""
@@ -58,7 +56,7 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 
 def _run_dir_of(model_dir: Path) -> Path | None:
     """The run folder around `final/` or `checkpoint-N/`, else None."""
-    if model_dir.name == FINAL_MODEL_DIRNAME or checkpoint_step(model_dir) is not None:
+    if model_dir.name == FINAL_DIR or checkpoint_step(model_dir) is not None:
         return model_dir.parent
     return None
 
@@ -84,17 +82,17 @@ def resolve_model(
             raise ModelNotFoundError(f"--revision applies to repo ids, but {model} is a folder")
         if (path / "config.json").is_file():
             return ModelLocation(str(path), path, run_dir=_run_dir_of(path.resolve()))
-        final = path / FINAL_MODEL_DIRNAME
+        final = path / FINAL_DIR
         if (final / "config.json").is_file():
             return ModelLocation(str(final), final, run_dir=path)
         checkpoint = latest_checkpoint(path)
         if checkpoint is not None:
             raise ModelNotFoundError(
-                f"run folder {model} has no {FINAL_MODEL_DIRNAME}/ model (training unfinished?); "
+                f"run folder {model} has no {FINAL_DIR}/ model (training unfinished?); "
                 f"pass a checkpoint folder instead, e.g. {checkpoint}"
             )
         raise ModelNotFoundError(
-            f"{model} holds no model: no config.json, {FINAL_MODEL_DIRNAME}/ or checkpoint-N/"
+            f"{model} holds no model: no config.json, {FINAL_DIR}/ or checkpoint-N/"
         )
     if path.exists():
         raise ModelNotFoundError(
@@ -138,7 +136,6 @@ def load_model(location: ModelLocation, **kwargs: Any):
 
 
 __all__ = [
-    "FINAL_MODEL_DIRNAME",
     "ModelLocation",
     "ModelNotFoundError",
     "latest_checkpoint",
