@@ -212,3 +212,35 @@ def test_a_user_error_on_two_processes_is_one_line_printed_once(tmp_path, subpro
     assert run.stderr.count("exitcode  : 2") >= 1
     assert 'File "scripts/train.py"' not in run.stderr and "minigpt/" not in run.stderr  # no traceback of ours
     assert sorted(p.name for p in output_dir.iterdir()) == ["final"]  # nothing written into it
+
+
+def test_shifted_blocks_on_two_processes_give_the_one_process_loss_curve(tmp_path, subprocess_env, monkeypatch):
+    """data.shift_blocks under `accelerate launch`: both processes read each epoch's windows.
+
+    Accelerate forwards set_epoch to the dataset only in one process; with two, the offsets come
+    from EpochOffsetCallback. Without it the two-process curve leaves the one-process one at the
+    second epoch (step 4).
+    """
+    from test_training_blocks import small_run_overrides, write_small_corpus
+
+    from minigpt.training.run_config import load_run_config
+    from minigpt.training.trainer import run_training
+
+    monkeypatch.chdir(REPO_ROOT)
+    corpus = write_small_corpus(tmp_path)
+    no_dropout = ("model.hidden_dropout=0", "model.attention_dropout=0")  # each process draws its own masks
+    two = small_run_overrides(tmp_path / "two", corpus, *no_dropout, "hardware.per_device_train_batch_size=4")
+    command = [*accelerate_two_processes(), "scripts/train.py", "configs/smoke.yaml", *two]
+    run = subprocess.run(command, cwd=REPO_ROOT, env=subprocess_env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "2 process(es)" in run.stdout
+
+    def losses(folder: Path) -> list[float]:
+        records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+        return [record["loss"] for record in records if "loss" in record]
+
+    run_training(load_run_config("configs/smoke.yaml", small_run_overrides(tmp_path / "one", corpus, *no_dropout)))
+    two_by_4, one_by_8 = losses(tmp_path / "two"), losses(tmp_path / "one")
+    assert len(two_by_4) == len(one_by_8) == 14
+    for step, (a, b) in enumerate(zip(one_by_8, two_by_4, strict=True), start=1):
+        assert b == pytest.approx(a, rel=1e-4), f"2x4 differs from 1x8 at step {step}"

@@ -88,9 +88,10 @@ class PreparedCorpus:
 
 
 def cache_key(settings: DataSettings, tokenizer_id: str, inputs_id: str, fmt: str) -> str:
-    """Hash of what decides the blocks; not num_proc, batch_size, streaming or progress bars."""
+    """Hash of what decides the blocks; not num_proc, batch_size, streaming, progress bars or how
+    training reads them (shift_blocks)."""
     decisive = asdict(settings)
-    for key in ("cache_dir", "num_proc", "batch_size", "streaming", "show_progress", "format"):
+    for key in ("cache_dir", "num_proc", "batch_size", "streaming", "show_progress", "format", "shift_blocks"):
         decisive.pop(key)
     decisive.update(format=fmt, tokenizer=tokenizer_id, inputs=inputs_id, version=CACHE_FORMAT_VERSION)
     return hashlib.sha256(json.dumps(decisive, sort_keys=True).encode()).hexdigest()[:20]

@@ -33,6 +33,9 @@ class DataSettings:
     exclude: list[str] = field(default_factory=list)  # glob patterns of files or folders to leave out of folders and globs
     seed: int = 1337  # seed of the "random" validation split (whole documents picked by a seeded hash)
     block_size: int = 256  # tokens per packed block; must not exceed the model's max_position_embeddings
+    # Each epoch after the first reads the training blocks from another offset in the token stream
+    # (training_blocks.py): the same tokens in other windows. Training only; the cached blocks stay.
+    shift_blocks: bool = False
     num_proc: int = 0  # processes that tokenize (Dataset.map num_proc); 0 = one per available CPU core
     batch_size: int = 1000  # rows per Dataset.map batch
     cache_dir: str = ".cache/minigpt/data"  # prepared blocks and datasets' Arrow copies of the sources

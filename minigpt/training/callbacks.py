@@ -25,6 +25,7 @@ from transformers import (
 from transformers.trainer_callback import ProgressCallback
 
 from ..atomic import atomic_write_file
+from ..data.training_blocks import TrainingBlocks
 from .interrupt import StopController
 from .throughput import ThroughputMeter
 
@@ -42,6 +43,21 @@ class StepTimerCallback(TrainerCallback):
         if args.device.type == "cuda":
             torch.cuda.synchronize(args.device)  # kernels are asynchronous: time them, not their launch
         self.meter.end_step()
+
+
+class EpochOffsetCallback(TrainerCallback):
+    """Moves shifted `TrainingBlocks` to each epoch's offset as the epoch begins, in every process.
+
+    Accelerate forwards `set_epoch` to the dataset only when no sampler in between takes it (not
+    under several processes), so the epoch comes from the Trainer's state instead: `state.epoch` is
+    a whole number at an epoch's start and the resumed fraction (epochs trained + part) on resume.
+    """
+
+    def __init__(self, dataset: TrainingBlocks) -> None:
+        self.dataset = dataset
+
+    def on_epoch_begin(self, args, state, control, **kwargs) -> None:
+        self.dataset.set_epoch(math.floor((state.epoch or 0.0) + 1e-9))
 
 
 def format_log_line(logs: dict[str, Any], step: int, max_steps: int) -> str | None:

@@ -40,6 +40,7 @@ from ..atomic import atomic_output_dir, atomic_write_file
 from ..data.compatibility import check_compatible
 from ..data.corpus import prepare_corpus
 from ..data.tokenizer import check_existing_tokenizer, load_or_train_tokenizer, load_tokenizer
+from ..data.training_blocks import TrainingBlocks
 from ..distributed import is_main_process
 from ..errors import ConfigError
 from ..model import MiniGPTConfig
@@ -55,6 +56,7 @@ from .base_model import (
 )
 from .busy_cores import BusyCoresCallback, choose_threads
 from .callbacks import (
+    EpochOffsetCallback,
     LogLineProgressCallback,
     MetricsFileCallback,
     SampleTextCallback,
@@ -477,6 +479,10 @@ def build_trainer(
                 peak_threads=torch.get_num_threads() if trusted else None,
             )
         )
+    if TrainingBlocks.readable(train_dataset):  # packed blocks: read zero-copy, maybe shifted
+        train_dataset = TrainingBlocks(train_dataset, seed=run.training.seed, shift=run.data.shift_blocks)
+        if run.data.shift_blocks:  # each epoch's windows from another offset in the token stream
+            own_callbacks.append(EpochOffsetCallback(train_dataset))
     schedule = None
     if run.training.lr_scheduler_type == "warmup_stable_decay":
         t = run.training
