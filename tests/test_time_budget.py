@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -18,6 +19,9 @@ from minigpt.training.trainer import run_training
 REPO = Path(__file__).resolve().parent.parent
 SMOKE = REPO / "configs" / "smoke.yaml"
 QUIET = ["tokenizer.show_progress=false", "data.show_progress=false"]
+# A slowdown right after a plan is seen at the next one: at most REPLAN_EVERY steps at the old pace
+# (here 100 x 0.2 s more a step) overshoot the budget.
+REPLAN_WINDOW_SLACK = time_budget.REPLAN_EVERY * 0.2
 
 
 def test_schedule_warms_up_holds_then_decays_to_the_floor_over_the_last_fraction():
@@ -108,3 +112,59 @@ def test_the_planned_end_is_read_back_from_a_checkpoints_scheduler(tmp_path):
     (checkpoint / "scheduler.pt").write_bytes(b"not a torch file")
     assert planned_end(checkpoint) is None
     assert planned_end(tmp_path / "missing") is None
+
+
+@pytest.mark.parametrize("new_end", [300, 180, 161])
+def test_moving_the_end_during_the_decay_keeps_the_learning_rate_and_still_ends_at_the_floor(new_end):
+    schedule = WarmupStableDecay(warmup_steps=10, total_steps=200, decay_fraction=0.3, min_ratio=0.1)
+    step = 160  # two thirds of the way through the decay (140 -> 200)
+    before = schedule(step)
+    schedule.move_end(step, new_end)
+    assert schedule(step) == pytest.approx(before, abs=1e-12)  # no jump
+    after = [schedule(s) for s in range(step, new_end + 1)]
+    assert all(a >= b for a, b in zip(after, after[1:], strict=False))  # still falling, never back up
+    assert after[-1] == pytest.approx(0.1) and schedule.total_steps == new_end
+
+
+def test_moving_the_end_before_the_decay_moves_the_decay_or_starts_it_now():
+    schedule = WarmupStableDecay(warmup_steps=10, total_steps=1000, decay_fraction=0.3, min_ratio=0.1)
+    schedule.move_end(100, 500)
+    assert schedule.decay_start == 350 and schedule(349) == 1.0
+    schedule.move_end(300, 320)  # the new end's decay (from 224) would have begun: it begins at 300
+    assert schedule.decay_start == 300 and schedule(300) == 1.0 and schedule(320) == pytest.approx(0.1)
+
+
+def drive_budget(monkeypatch, seconds_per_step, max_time: float) -> tuple[int, float, list[float]]:
+    """TimeBudgetCallback alone over a scripted clock: steps until it stops the run, the clock
+    then, and the learning-rate multiplier of every step."""
+    now = [0.0]
+    monkeypatch.setattr(time_budget, "clock", lambda: now[0])
+    schedule = WarmupStableDecay(warmup_steps=10, total_steps=100_000, decay_fraction=0.3, min_ratio=0.1)
+    callback = time_budget.TimeBudgetCallback(schedule, max_time, eval_cost_steps=0.0, max_steps=100_000)
+    state = SimpleNamespace(global_step=0, max_steps=100_000, eval_steps=None)
+    control = SimpleNamespace(should_training_stop=False, should_evaluate=False, should_save=False)
+    callback.on_train_begin(None, state, control)
+    multipliers = []
+    while not control.should_training_stop:
+        state.global_step += 1
+        multipliers.append(schedule(state.global_step))
+        now[0] += seconds_per_step(state.global_step)
+        callback.on_step_end(None, state, control)
+    return state.global_step, now[0], multipliers
+
+
+def test_a_machine_that_speeds_up_mid_run_gets_the_steps_it_has_time_for(monkeypatch):
+    # 0.2 s a step for 600 steps (120 s), then 0.1 s: the first plans say 950 steps; 80 s at the
+    # new pace fit about 800 more. A plan that stopped at the decay would end the run near 100 s early.
+    steps, seconds, multipliers = drive_budget(monkeypatch, lambda step: 0.2 if step <= 600 else 0.1, 200)
+    assert 1300 <= steps and 190 <= seconds <= 200, (steps, seconds)
+    assert multipliers[-1] == pytest.approx(0.1)  # fully decayed at the end
+    jumps = [abs(a - b) for a, b in zip(multipliers[10:], multipliers[11:], strict=False)]
+    assert max(jumps) < 0.01  # every re-plan kept the learning rate continuous
+
+
+def test_a_machine_that_slows_down_in_the_decay_ends_near_its_budget(monkeypatch):
+    # 0.1 s a step, then 0.3 s from step 1500 (inside the decay the first plans placed at 1330-1900).
+    steps, seconds, multipliers = drive_budget(monkeypatch, lambda step: 0.1 if step < 1500 else 0.3, 200)
+    assert seconds <= 200 + REPLAN_WINDOW_SLACK, (steps, seconds)
+    assert steps < 1900 and multipliers[-1] == pytest.approx(0.1)

@@ -5,8 +5,12 @@ learning rate held, then a cosine decay to `min_learning_rate` over the last `de
 run (Hägele et al. 2024, "Scaling Laws and Compute-Optimal Training Beyond Fixed Training Durations").
 Because the decay is placed from the end, the length of the run can be decided late: with
 `training.max_time`, `TimeBudgetCallback` times the first steps, plans how many fit in the budget
-(never more than `max_steps`) and moves the end of the schedule there. The same recipe then fits a
-fast machine (all of max_steps) and a slow one (fewer steps, still fully decayed).
+(never more than `max_steps`) and moves the end of the schedule there. It plans again every
+`REPLAN_EVERY` steps from the pace of the steps since the last plan, to the end of the run: on a
+shared machine whose speed changes mid-run, a plan made from the first minute would end the run
+early (or late). Once the decay has begun, a new end keeps the learning rate where it is and
+spreads the rest of the cosine over the steps left. The same recipe then fits a fast machine (all
+of max_steps) and a slow one (fewer steps, still fully decayed).
 
 The plan lives in the schedule object, which `LambdaLR` saves with its state in each checkpoint's
 scheduler.pt, so a resumed run keeps the planned length and its learning rates exactly.
@@ -25,7 +29,7 @@ from transformers import TrainerCallback
 # Steps timed before planning; the first ones (thread start-up, allocator warm-up) are left out.
 SKIPPED_STEPS = 5
 TIMED_STEPS = 20
-REPLAN_EVERY = 100  # steps between plans, each with the mean step time since timing began
+REPLAN_EVERY = 100  # steps between plans, each from the pace of the steps since the previous one
 # Planned steps leave this share of the remaining budget free for evaluation, saving and the
 # noise of a shared machine: a run that plans too long overshoots its budget.
 SAFETY_MARGIN = 0.05
@@ -46,10 +50,32 @@ class WarmupStableDecay:
         self.min_ratio = min_ratio
         self.planned = False  # True once a time budget fixed total_steps
         self.elapsed = 0.0  # seconds of the budget spent, as of the last step (saved with the plan)
+        self.decay_from: float | None = None  # set once a plan moved the end during the decay
 
     @property
-    def decay_start(self) -> int:
+    def decay_start(self) -> float:
+        if self.decay_from is not None:
+            return self.decay_from
         return max(self.warmup_steps, self.total_steps - round(self.decay_fraction * self.total_steps))
+
+    def move_end(self, step: int, total_steps: int) -> None:
+        """End the schedule at `total_steps` (planned at `step`) without a jump in the learning rate.
+
+        Before the decay the decay moves with the end; a new end whose decay would already have
+        begun starts it at `step`. During the decay the cosine keeps the progress p it reached at
+        `step` and runs the rest over the new steps left: the decay's start moves to d' with
+        (step - d') / (total_steps - d') = p.
+        """
+        start = self.decay_start
+        if step < start:
+            self.total_steps = total_steps
+            if self.decay_start < step:
+                self.decay_from = float(step)
+            return
+        progress = min(1.0, (step - start) / max(1, self.total_steps - start))
+        if progress < 1.0:
+            self.decay_from = (step - progress * total_steps) / (1.0 - progress)
+            self.total_steps = total_steps
 
     def __call__(self, step: int) -> float:
         if step < self.warmup_steps:
@@ -92,7 +118,8 @@ class TimeBudgetCallback(TrainerCallback):
         self.eval_cost_steps = eval_cost_steps  # one evaluation, in training-step equivalents
         self.started: float | None = None
         self.first_step: int | None = None  # the step this process started at (0, or a resume's)
-        self.timing_from: tuple[int, float] | None = None
+        self.timing_from: tuple[int, float] | None = None  # (step, clock) the pace is measured from
+        self.evaluation_seconds = 0.0  # evaluations since timing_from: planned apart, not in the pace
         self.max_steps = max_steps  # training.max_steps: the upper bound of every plan
 
     def on_train_begin(self, args, state, control, **kwargs) -> None:
@@ -107,21 +134,28 @@ class TimeBudgetCallback(TrainerCallback):
             self.first_step = step - 1
         if step == self.first_step + SKIPPED_STEPS:
             self.timing_from = (step, clock())
-        elif self.timing_from is not None and (step - self.timing_from[0]) % REPLAN_EVERY == TIMED_STEPS:
-            # The first plan after TIMED_STEPS, then again every REPLAN_EVERY steps with the mean
-            # step time so far (evaluations and slower stretches included), until the decay begins:
-            # moving the end later than that would bend a decay already under way.
-            if step + REPLAN_EVERY < self.schedule.decay_start or not self.schedule.planned:
+        elif self.timing_from is not None and step - self.timing_from[0] == (
+            REPLAN_EVERY if self.schedule.planned else TIMED_STEPS
+        ):
+            # The first plan after TIMED_STEPS, then one every REPLAN_EVERY steps, each from the
+            # pace since the previous plan, to the end of the run.
+            if step < self.schedule.total_steps or not self.schedule.planned:
                 self._plan(state, step)
         if self.schedule.planned and step >= self.schedule.total_steps:
             control.should_training_stop = True
             control.should_evaluate = True
             control.should_save = True
 
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs) -> None:
+        if self.timing_from is not None and metrics:
+            self.evaluation_seconds += metrics.get("eval_runtime", 0.0)
+
     def _plan(self, state, step: int) -> None:
         start_step, start_time = self.timing_from
         now = clock()
-        step_seconds = (now - start_time) / (step - start_step)
+        # Sampling and checkpoints stay in the pace; evaluations are counted in overhead_steps.
+        step_seconds = max(now - start_time - self.evaluation_seconds, 1e-9) / (step - start_step)
+        self.timing_from, self.evaluation_seconds = (step, now), 0.0
         upper = self.max_steps
         horizon = self.schedule.total_steps if self.schedule.planned else upper
         evaluations_left = max(1, (horizon - step) // max(1, state.eval_steps or horizon) + 1)
@@ -133,7 +167,7 @@ class TimeBudgetCallback(TrainerCallback):
             upper,
             overhead_steps=evaluations_left * self.eval_cost_steps,
         )
-        self.schedule.total_steps = planned
+        self.schedule.move_end(step, planned)
         self.schedule.planned = True
         state.max_steps = planned
 
