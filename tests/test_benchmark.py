@@ -211,3 +211,39 @@ def test_machine_names_the_cpu_and_its_speed_flags(tmp_path):
 
 def _approx(value: float):
     return pytest.approx(value, rel=1e-6)
+
+
+def test_workers_start_one_at_a_time_and_report_their_wait_policies(tmp_path, monkeypatch):
+    """Each worker is ready (imports and warm-up done, idle) before the next starts: an import on
+    cores busy with another start-up would give that worker alone passive OpenMP waits."""
+    from minigpt.benchmarks import training_speed
+
+    events = []
+
+    class FakeWorker:
+        def __init__(self, name, bench):
+            assert len(events) % 2 == 0, events  # every worker started before is ready
+            events.append(("start", name))
+            self.name = name
+
+        def wait_ready(self):
+            events.append(("ready", self.name))
+            return "PASSIVE" if self.name == "plain_loop" else "default"
+
+        def run(self, steps):
+            return {"wall": 0.01 * steps, "cpu": 0.01 * steps}
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(training_speed, "Worker", FakeWorker)
+    monkeypatch.setattr(training_speed, "prepare_inputs", lambda bench: None)
+    bench = training_speed.TrainingBenchmark(
+        config=REPO_ROOT / "configs" / "shakespeare.yaml", workdir=tmp_path, repeats=1, short_steps=1, long_steps=2
+    )
+    said = []
+    result = training_speed.compare_training(bench, progress=said.append)
+    names = list(bench.contenders)
+    assert events == [(kind, name) for name in names for kind in ("start", "ready")]
+    assert result["omp_wait_policies"] == {name: "PASSIVE" if name == "plain_loop" else "default" for name in names}
+    assert any(line.startswith("warning: the workers' OpenMP wait policies differ") for line in said)

@@ -91,9 +91,9 @@ class Worker:
             text=True,
         )
 
-    def wait_ready(self) -> None:
-        """Block until the worker has built its contender and warmed it up."""
-        self._read()
+    def wait_ready(self) -> str:
+        """Block until the worker has built its contender and warmed it up; its OpenMP wait policy."""
+        return self._read().get("omp_wait_policy", "default")
 
     def run(self, steps: int) -> dict[str, float]:
         """{"wall": seconds, "cpu": process CPU seconds} of one run of `steps` optimizer steps."""
@@ -134,12 +134,16 @@ def compare_training(
     bench.workdir.mkdir(parents=True, exist_ok=True)
     prepare_inputs(bench)  # tokenizer and blocks once, before the workers that read them
     workers: dict[str, Worker] = {}
+    wait_policies: dict[str, str] = {}  # OMP_WAIT_POLICY each worker runs with ("default": OpenMP's own)
     try:
         progress(f"starting {', '.join(bench.contenders)}")
-        for name in bench.contenders:  # started together: imports and warm-ups overlap
+        # One at a time: `import minigpt` on cores busy with another worker's start-up would pick
+        # passive OpenMP waits for that worker alone (likely why one run's plain loop was 1.3-1.7x slower).
+        for name in bench.contenders:
             workers[name] = Worker(name, bench)
-        for worker in workers.values():
-            worker.wait_ready()
+            wait_policies[name] = workers[name].wait_ready()
+        if len(set(wait_policies.values())) > 1:
+            progress(f"warning: the workers' OpenMP wait policies differ ({wait_policies}): rows not comparable")
         per_step: dict[str, list[tuple[float, float]]] = {name: [] for name in workers}
         extra = bench.long_steps - bench.short_steps
         for repeat in range(bench.repeats):
@@ -168,7 +172,7 @@ def compare_training(
     for gpt2 in (GPT2_STOCK, GPT2_CPU_SETTINGS):
         if "training_path" in walls and gpt2 in walls:
             ratios[f"speedup_over_{gpt2}"] = per_repeat_ratio(walls[gpt2], walls["training_path"])
-    return {"rows": rows, "ratios": ratios}
+    return {"rows": rows, "ratios": ratios, "omp_wait_policies": wait_policies}
 
 
 __all__ = ["CONTENDERS", "GPT2_CPU_SETTINGS", "GPT2_STOCK", "TrainingBenchmark", "Worker", "compare_training"]
