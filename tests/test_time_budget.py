@@ -134,14 +134,16 @@ def test_moving_the_end_before_the_decay_moves_the_decay_or_starts_it_now():
     assert schedule.decay_start == 300 and schedule(300) == 1.0 and schedule(320) == pytest.approx(0.1)
 
 
-def drive_budget(monkeypatch, seconds_per_step, max_time: float) -> tuple[int, float, list[float]]:
+def drive_budget(
+    monkeypatch, seconds_per_step, max_time: float, max_steps: int = 100_000, eval_steps=None, eval_cost=0.0
+) -> tuple[int, float, list[float]]:
     """TimeBudgetCallback alone over a scripted clock: steps until it stops the run, the clock
     then, and the learning-rate multiplier of every step."""
     now = [0.0]
     monkeypatch.setattr(time_budget, "clock", lambda: now[0])
-    schedule = WarmupStableDecay(warmup_steps=10, total_steps=100_000, decay_fraction=0.3, min_ratio=0.1)
-    callback = time_budget.TimeBudgetCallback(schedule, max_time, eval_cost_steps=0.0, max_steps=100_000)
-    state = SimpleNamespace(global_step=0, max_steps=100_000, eval_steps=None)
+    schedule = WarmupStableDecay(warmup_steps=10, total_steps=max_steps, decay_fraction=0.3, min_ratio=0.1)
+    callback = time_budget.TimeBudgetCallback(schedule, max_time, eval_cost_steps=eval_cost, max_steps=max_steps)
+    state = SimpleNamespace(global_step=0, max_steps=max_steps, eval_steps=eval_steps)
     control = SimpleNamespace(should_training_stop=False, should_evaluate=False, should_save=False)
     callback.on_train_begin(None, state, control)
     multipliers = []
@@ -168,3 +170,11 @@ def test_a_machine_that_slows_down_in_the_decay_ends_near_its_budget(monkeypatch
     steps, seconds, multipliers = drive_budget(monkeypatch, lambda step: 0.1 if step < 1500 else 0.3, 200)
     assert seconds <= 200 + REPLAN_WINDOW_SLACK, (steps, seconds)
     assert steps < 1900 and multipliers[-1] == pytest.approx(0.1)
+
+
+def test_a_short_budget_plans_for_the_evaluations_its_own_end_leaves_not_max_steps(monkeypatch):
+    # 10 s at 0.05 s a step, an evaluation every 500 steps costing 20 steps, max_steps 3000: the
+    # run ends long before step 500, so one evaluation (the final one) is to come, not six.
+    steps, seconds, _ = drive_budget(monkeypatch, lambda step: 0.05, 10, max_steps=3000, eval_steps=500, eval_cost=20)
+    with_final_evaluation = seconds + 20 * 0.05
+    assert 9.0 <= with_final_evaluation <= 10, (steps, seconds)  # planned for six: 71 steps, 4.6 s

@@ -156,17 +156,17 @@ class TimeBudgetCallback(TrainerCallback):
         # Sampling and checkpoints stay in the pace; evaluations are counted in overhead_steps.
         step_seconds = max(now - start_time - self.evaluation_seconds, 1e-9) / (step - start_step)
         self.timing_from, self.evaluation_seconds = (step, now), 0.0
-        upper = self.max_steps
-        horizon = self.schedule.total_steps if self.schedule.planned else upper
-        evaluations_left = max(1, (horizon - step) // max(1, state.eval_steps or horizon) + 1)
-        planned = plan_steps(
-            self.max_time,
-            now - self.started,
-            step_seconds,
-            step,
-            upper,
-            overhead_steps=evaluations_left * self.eval_cost_steps,
-        )
+        planned = self.schedule.total_steps if self.schedule.planned else self.max_steps
+        for _ in range(3):  # the evaluations still to come depend on the end, and the end on them
+            evaluations_left = max(1, (planned - step) // max(1, state.eval_steps or planned) + 1)
+            planned = plan_steps(
+                self.max_time,
+                now - self.started,
+                step_seconds,
+                step,
+                self.max_steps,
+                overhead_steps=evaluations_left * self.eval_cost_steps,
+            )
         self.schedule.move_end(step, planned)
         self.schedule.planned = True
         state.max_steps = planned
