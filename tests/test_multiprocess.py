@@ -217,8 +217,8 @@ def test_a_user_error_on_two_processes_is_one_line_printed_once(tmp_path, subpro
 def test_shifted_blocks_on_two_processes_give_the_one_process_loss_curve(tmp_path, subprocess_env, monkeypatch):
     """data.shift_blocks under `accelerate launch`: both processes read each epoch's windows.
 
-    Accelerate forwards set_epoch to the dataset only in one process; with two, the offsets come
-    from EpochOffsetCallback. Without it the two-process curve leaves the one-process one at the
+    The offsets come from EpochOffsetCallback in each process (accelerate forwards set_epoch to a
+    dataset only in one). Without it the two-process curve leaves the one-process one at the
     second epoch (step 4).
     """
     from test_training_blocks import small_run_overrides, write_small_corpus

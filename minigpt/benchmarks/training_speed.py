@@ -93,7 +93,7 @@ class Worker:
 
     def wait_ready(self) -> str:
         """Block until the worker has built its contender and warmed it up; its OpenMP wait policy."""
-        return self._read().get("omp_wait_policy", "default")
+        return self._read()["omp_wait_policy"]
 
     def run(self, steps: int) -> dict[str, float]:
         """{"wall": seconds, "cpu": process CPU seconds} of one run of `steps` optimizer steps."""

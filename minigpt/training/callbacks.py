@@ -48,16 +48,16 @@ class StepTimerCallback(TrainerCallback):
 class EpochOffsetCallback(TrainerCallback):
     """Moves shifted `TrainingBlocks` to each epoch's offset as the epoch begins, in every process.
 
-    Accelerate forwards `set_epoch` to the dataset only when no sampler in between takes it (not
-    under several processes), so the epoch comes from the Trainer's state instead: `state.epoch` is
-    a whole number at an epoch's start and the resumed fraction (epochs trained + part) on resume.
+    The epoch comes from the Trainer's state: `state.epoch` is a whole number at an epoch's start
+    and the resumed fraction (epochs trained + part) on resume. (Accelerate's `set_epoch` reaches
+    a dataset only when no sampler in between takes it, so not under several processes.)
     """
 
     def __init__(self, dataset: TrainingBlocks) -> None:
         self.dataset = dataset
 
     def on_epoch_begin(self, args, state, control, **kwargs) -> None:
-        self.dataset.set_epoch(math.floor((state.epoch or 0.0) + 1e-9))
+        self.dataset.start_epoch(math.floor((state.epoch or 0.0) + 1e-9))
 
 
 def format_log_line(logs: dict[str, Any], step: int, max_steps: int) -> str | None:
