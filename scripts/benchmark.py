@@ -11,7 +11,9 @@ Rows, after the machine (CPU model and speed flags, the precision bf16 auto pick
 versions, load average before and after):
   training    per-step time of the training path (`run_training`, as scripts/train.py), a plain
               PyTorch loop with the same model, optimizer, clipping and schedule, and GPT-2 under
-              a stock Trainer: (wall of a --long-steps run - wall of a --short-steps run) / difference
+              a stock Trainer: (wall of a --long-steps run - wall of a --short-steps run) / difference;
+              all in fp32, and the training path once more at the precision its config picks on
+              this CPU (bf16 autocast where the CPU has AMX or AVX512-BF16) against the stock GPT-2
   generation  KV-cached sampling, 256 new tokens, top-k 50, batch 1 and 8, MiniGPT against GPT-2
   data        tokenizer training, corpus preparation (cold and cached) and raw `tokenizers`
   default run (--default-run) the run config from nothing: wall time and validation bits/byte
@@ -33,7 +35,7 @@ import tempfile
 from pathlib import Path
 
 from minigpt.benchmarks.spread import format_spread  # no torch: --help and config errors stay fast
-from minigpt.benchmarks.training_speed import GPT2_CPU_SETTINGS, GPT2_STOCK  # no torch either
+from minigpt.benchmarks.training_speed import GPT2_CPU_SETTINGS, GPT2_STOCK, OWN_PRECISION  # no torch either
 from minigpt.errors import run_cli
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -231,7 +233,8 @@ def table_rows(results: dict) -> list[list[str]]:
     training = results.get("training")
     if training:
         for name, row in training["rows"].items():
-            rows.append([f"training: {name}, ms/step", format_spread(row["ms_per_step"]), ""])
+            precision = training["precisions"][name]
+            rows.append([f"training: {name} ({precision}), ms/step", format_spread(row["ms_per_step"]), ""])
         ratios = training["ratios"]
         if "training_path_over_plain_loop" in ratios:
             ratio = format_spread(ratios["training_path_over_plain_loop"], ".3f")
@@ -240,6 +243,11 @@ def table_rows(results: dict) -> list[list[str]]:
             if f"speedup_over_{gpt2}" in ratios:
                 ratio = format_spread(ratios[f"speedup_over_{gpt2}"], ".2f", "x")
                 rows.append([f"training path speedup over {gpt2}", "", ratio])
+        own = ratios.get(f"own_precision_speedup_over_{GPT2_STOCK}")
+        if own:
+            precision = training["precisions"][OWN_PRECISION]
+            what = f"training path at its own precision ({precision}) speedup over {GPT2_STOCK}"
+            rows.append([what, "", format_spread(own, ".2f", "x")])
     for batch, contenders in (results.get("generation") or {}).items():
         for name, row in contenders.items():
             ratio = "" if name == "gpt2" else format_spread(row["speedup_over_gpt2"], ".2f", "x")

@@ -19,7 +19,8 @@ TINY = "--layers 1 --heads 2 --hidden 32 --vocab 300 --context 16 --batch 2".spl
 def test_benchmark_reports_every_row_with_its_spread_ratios_and_the_machine(tmp_path):
     out = tmp_path / "bench.json"
     args = [*TINY, "--threads", "1", "--short-steps", "2", "--long-steps", "4", "--repeats", "2"]
-    args += ["--contenders", "training_path", "gpt2_trainer", "--new-tokens", "8", "--gen-repeats", "2"]
+    args += ["--contenders", "training_path", "training_path_own_precision", "gpt2_trainer"]
+    args += ["--new-tokens", "8", "--gen-repeats", "2"]
     args += ["--data-repeats", "1", "--workdir", str(tmp_path / "work"), "--json", str(out), "--markdown"]
     result = subprocess.run(
         [PYTHON, str(REPO_ROOT / "scripts" / "benchmark.py"), *args],
@@ -30,9 +31,15 @@ def test_benchmark_reports_every_row_with_its_spread_ratios_and_the_machine(tmp_
     assert result.returncode == 0, result.stderr[-3000:]
     results = json.loads(out.read_text())
     training = results["training"]
-    assert set(training["rows"]) == {"training_path", "gpt2_trainer"}
+    assert set(training["rows"]) == {"training_path", "training_path_own_precision", "gpt2_trainer"}
     path, gpt2 = training["rows"]["training_path"], training["rows"]["gpt2_trainer"]
-    for row in (path, gpt2):
+    own = training["rows"]["training_path_own_precision"]
+    from minigpt.training.trainer import cpu_has_fast_bf16
+
+    own_dtype = "bfloat16" if cpu_has_fast_bf16() else "float32"  # the config's bf16: auto on this CPU
+    precisions = {"training_path": "float32", "training_path_own_precision": own_dtype, "gpt2_trainer": "float32"}
+    assert training["precisions"] == precisions
+    for row in (path, own, gpt2):
         for key in ("ms_per_step", "cpu_ms_per_step", "tokens_per_s"):
             _check_spread(row[key], repeats=2)
         for ms, tokens_per_s in zip(row["ms_per_step"]["values"], row["tokens_per_s"]["values"], strict=True):
@@ -41,6 +48,9 @@ def test_benchmark_reports_every_row_with_its_spread_ratios_and_the_machine(tmp_
     _check_spread(speedup, repeats=2)
     per_repeat = zip(gpt2["ms_per_step"]["values"], path["ms_per_step"]["values"], strict=True)
     assert speedup["values"] == [_approx(g / p) for g, p in per_repeat]
+    own_speedup = training["ratios"]["own_precision_speedup_over_gpt2_trainer"]  # GPT-2 (fp32) / own precision
+    per_repeat = zip(gpt2["ms_per_step"]["values"], own["ms_per_step"]["values"], strict=True)
+    assert own_speedup["values"] == [_approx(g / p) for g, p in per_repeat]
     for batch in ("batch_1", "batch_8"):
         rows = results["generation"][batch]
         assert {"gpt2", "minigpt", "minigpt_static"} <= set(rows)
@@ -57,7 +67,6 @@ def test_benchmark_reports_every_row_with_its_spread_ratios_and_the_machine(tmp_
 
     machine = results["machine"]
     from minigpt.benchmarks.machine import SPEED_FLAGS
-    from minigpt.training.trainer import cpu_has_fast_bf16
 
     assert machine["cpu"] and machine["cores"] >= 1 and machine["threads"] == 1
     assert set(machine["cpu_flags"]) == set(SPEED_FLAGS)  # Linux: read from /proc/cpuinfo
@@ -69,6 +78,10 @@ def test_benchmark_reports_every_row_with_its_spread_ratios_and_the_machine(tmp_
     assert "| machine: precision of bf16 auto (CPU profile) |" in result.stdout
     median, low, high = (f"{speedup[k]:.2f}" for k in ("median", "min", "max"))
     assert f"| training path speedup over gpt2_trainer |  | {median}x ({low}-{high}x) |" in result.stdout
+    median, low, high = (f"{own_speedup[k]:.2f}" for k in ("median", "min", "max"))
+    what = f"training path at its own precision ({own_dtype}) speedup over gpt2_trainer"
+    assert f"| {what} |  | {median}x ({low}-{high}x) |" in result.stdout
+    assert "| training: gpt2_trainer (float32), ms/step |" in result.stdout
     assert "--layers 1" in results["command"]
 
 
@@ -228,7 +241,8 @@ def test_workers_start_one_at_a_time_and_report_their_wait_policies(tmp_path, mo
 
         def wait_ready(self):
             events.append(("ready", self.name))
-            return "PASSIVE" if self.name == "plain_loop" else "default"
+            policy = "PASSIVE" if self.name == "plain_loop" else "default"
+            return {"omp_wait_policy": policy, "precision": "float32"}
 
         def run(self, steps):
             return {"wall": 0.01 * steps, "cpu": 0.01 * steps}

@@ -10,7 +10,10 @@ Every row keeps each repeat's value (`spread`: median, min, max, quartiles), and
 taken repeat by repeat, between contenders that ran back to back under the same load.
 
 Contenders, all at the same shape (layers, heads, hidden, context, batch, vocabulary) and data:
-  training_path       `run_training` with the run config (what `scripts/train.py` does)
+  training_path       `run_training` with the run config (what `scripts/train.py` does), in fp32
+  training_path_own_precision  the same at the precision the run config picks on this CPU (the CPU
+                      profile's `bf16: auto`: bf16 autocast where the CPU has AMX or AVX512-BF16,
+                      else fp32, the training_path row again): a comparison of defaults
   plain_loop          the same model, fused AdamW, clipping, warmup + cosine, in a bare loop
   gpt2_trainer        `GPT2LMHeadModel` under a stock `Trainer` (in-memory Dataset, default collator)
   gpt2_trainer_cpu_settings  the same in a process with the CPU profile's settings (flushed denormals,
@@ -30,7 +33,9 @@ from typing import IO, Any
 from .spread import per_repeat_ratio, spread
 
 GPT2_STOCK, GPT2_CPU_SETTINGS = "gpt2_trainer", "gpt2_trainer_cpu_settings"  # one model, two processes
-CONTENDERS = ("training_path", "plain_loop", GPT2_STOCK, GPT2_CPU_SETTINGS)
+OWN_PRECISION = "training_path_own_precision"  # the training path without the reference fp32
+CONTENDERS = ("training_path", OWN_PRECISION, "plain_loop", GPT2_STOCK, GPT2_CPU_SETTINGS)
+REFERENCE_PRECISION = "hardware.bf16=false"  # every contender but OWN_PRECISION runs fp32
 
 
 @dataclass
@@ -62,7 +67,7 @@ class TrainingBenchmark:
             f"data.block_size={self.context}",
             f"hardware.per_device_train_batch_size={self.batch}",
             f"hardware.torch_num_threads={self.threads}",
-            "hardware.bf16=false",  # the reference precision is fp32 for every contender
+            REFERENCE_PRECISION,
             f"tokenizer.vocab_size={self.vocab}",
             f"tokenizer.path={self.workdir / f'tokenizer-{self.vocab}'}",
             "tokenizer.show_progress=false",
@@ -74,12 +79,17 @@ class TrainingBenchmark:
             *self.extra_overrides,
         ]
 
+    def own_precision_overrides(self) -> list[str]:
+        """`overrides()` without the reference fp32: the run config's own `hardware.bf16` applies."""
+        return [override for override in self.overrides() if override != REFERENCE_PRECISION]
+
 
 class Worker:
     """One contender in its own process: `run(steps)` trains that many steps and returns its timings."""
 
     def __init__(self, contender: str, bench: TrainingBenchmark) -> None:
-        spec = {"contender": contender, "config": str(bench.config), "overrides": bench.overrides()}
+        overrides = bench.own_precision_overrides() if contender == OWN_PRECISION else bench.overrides()
+        spec = {"contender": contender, "config": str(bench.config), "overrides": overrides}
         spec["warmup_steps"] = min(10, bench.short_steps)
         self.log_path = bench.workdir / f"worker-{contender}.log"
         self.log = self.log_path.open("w")
@@ -91,9 +101,10 @@ class Worker:
             text=True,
         )
 
-    def wait_ready(self) -> str:
-        """Block until the worker has built its contender and warmed it up; its OpenMP wait policy."""
-        return self._read()["omp_wait_policy"]
+    def wait_ready(self) -> dict[str, Any]:
+        """Block until the worker has built its contender and warmed it up; its "omp_wait_policy"
+        and the "precision" its matmuls run in ("float32", "bfloat16")."""
+        return self._read()
 
     def run(self, steps: int) -> dict[str, float]:
         """{"wall": seconds, "cpu": process CPU seconds} of one run of `steps` optimizer steps."""
@@ -135,13 +146,15 @@ def compare_training(
     prepare_inputs(bench)  # tokenizer and blocks once, before the workers that read them
     workers: dict[str, Worker] = {}
     wait_policies: dict[str, str] = {}  # OMP_WAIT_POLICY each worker runs with ("default": OpenMP's own)
+    precisions: dict[str, str] = {}  # the dtype each worker's matmuls run in
     try:
         progress(f"starting {', '.join(bench.contenders)}")
         # One at a time: `import minigpt` on cores busy with another worker's start-up would pick
         # passive OpenMP waits for that worker alone (likely why one run's plain loop was 1.3-1.7x slower).
         for name in bench.contenders:
             workers[name] = Worker(name, bench)
-            wait_policies[name] = workers[name].wait_ready()
+            ready = workers[name].wait_ready()
+            wait_policies[name], precisions[name] = ready["omp_wait_policy"], ready["precision"]
         if len(set(wait_policies.values())) > 1:
             progress(f"warning: the workers' OpenMP wait policies differ ({wait_policies}): rows not comparable")
         per_step: dict[str, list[tuple[float, float]]] = {name: [] for name in workers}
@@ -172,7 +185,10 @@ def compare_training(
     for gpt2 in (GPT2_STOCK, GPT2_CPU_SETTINGS):
         if "training_path" in walls and gpt2 in walls:
             ratios[f"speedup_over_{gpt2}"] = per_repeat_ratio(walls[gpt2], walls["training_path"])
-    return {"rows": rows, "ratios": ratios, "omp_wait_policies": wait_policies}
+    if OWN_PRECISION in walls and GPT2_STOCK in walls:  # both sides as their defaults run them
+        own = per_repeat_ratio(walls[GPT2_STOCK], walls[OWN_PRECISION])
+        ratios[f"own_precision_speedup_over_{GPT2_STOCK}"] = own
+    return {"rows": rows, "ratios": ratios, "omp_wait_policies": wait_policies, "precisions": precisions}
 
 
-__all__ = ["CONTENDERS", "GPT2_CPU_SETTINGS", "GPT2_STOCK", "TrainingBenchmark", "Worker", "compare_training"]
+__all__ = ["CONTENDERS", "GPT2_CPU_SETTINGS", "GPT2_STOCK", "OWN_PRECISION", "TrainingBenchmark", "Worker", "compare_training"]

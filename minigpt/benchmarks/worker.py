@@ -2,7 +2,7 @@
 
 SPEC is JSON: {"contender", "config", "overrides", "warmup_steps"}. The worker applies the run's
 CPU settings first (threads, denormal flushing, the allocator's thresholds), builds the contender, warms it up, answers
-{"ready": true}, then for each line {"steps": N} on stdin trains N steps and answers
+{"ready": true, "omp_wait_policy", "precision"}, then for each line {"steps": N} on stdin trains N steps and answers
 {"wall": s, "cpu": s} on stdout. Everything the training itself prints goes to stderr (the
 parent's log file), never into the answers.
 
@@ -26,10 +26,10 @@ def main(argv: list[str]) -> int:
     os.dup2(2, 1)  # progress bars and log lines of the training go to the log, not the answers
 
     from ..training.run_config import load_run_config
-    from ..training.trainer import apply_cpu_settings
+    from ..training.trainer import apply_cpu_settings, training_dtype
     from .contenders import build_contender
     from .quality import gpt2_at_budget
-    from .training_speed import GPT2_CPU_SETTINGS, GPT2_STOCK
+    from .training_speed import GPT2_CPU_SETTINGS, GPT2_STOCK, OWN_PRECISION
 
     run = load_run_config(spec["config"], spec["overrides"])
     contender = spec["contender"]
@@ -39,6 +39,8 @@ def main(argv: list[str]) -> int:
         tuned = contender == GPT2_CPU_SETTINGS
         hardware = dataclasses.replace(run.hardware, flush_denormal=tuned, keep_freed_memory=tuned)
         run, contender = dataclasses.replace(run, hardware=hardware), GPT2_STOCK
+    if contender == OWN_PRECISION:  # the training path; its overrides left the config's precision
+        contender = "training_path"
     apply_cpu_settings(run.hardware, choose=False)
     if contender == "gpt2_quality":  # one run at a wall-clock budget, then its evaluation
         answers.write(json.dumps(gpt2_at_budget(run, spec["seconds"])) + "\n")
@@ -46,7 +48,8 @@ def main(argv: list[str]) -> int:
     train = build_contender(contender, run)
     train(spec["warmup_steps"])  # first-call costs (lazy imports, allocator) out of the timed runs
     policy = os.environ.get("OMP_WAIT_POLICY", "default")  # as `import minigpt` left it
-    answers.write(json.dumps({"ready": True, "omp_wait_policy": policy}) + "\n")
+    precision = str(training_dtype(run.hardware)).removeprefix("torch.")  # GPT-2's run: always float32
+    answers.write(json.dumps({"ready": True, "omp_wait_policy": policy, "precision": precision}) + "\n")
     for line in sys.stdin:
         steps = json.loads(line)["steps"]
         wall, cpu = time.perf_counter(), time.process_time()
