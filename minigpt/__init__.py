@@ -23,6 +23,7 @@ import importlib
 import os
 import sys
 import time
+from collections.abc import MutableMapping
 from typing import Any
 
 # On a machine other jobs already use, OpenMP threads that sleep rather than spin while they wait
@@ -31,8 +32,11 @@ from typing import Any
 # spinning is what keeps steps fast (passive waiting cost the default run 40% of its tokens/s on an
 # idle 2-core EPYC), so only a machine busy when MiniGPT is imported (more than a third of its CPU
 # time in use over 0.1 s) gets passive waits. It must be set before torch loads OpenMP; a value of
-# the user's own is kept.
+# the user's own is kept. One this package set is marked, so a child process (a benchmark's
+# default run, a data worker) decides again for itself, on the load it sees, rather than inherit
+# its parent's decision as though the user had made it.
 BUSY_FRACTION = 0.35
+OWN_WAIT_POLICY_MARK = "MINIGPT_SET_OMP_WAIT_POLICY"  # holds the value this package put in OMP_WAIT_POLICY
 
 
 def _cpu_busy_fraction(interval: float = 0.1) -> float:
@@ -54,8 +58,17 @@ def _cpu_busy_fraction(interval: float = 0.1) -> float:
             return 0.0
 
 
-if "torch" not in sys.modules and "OMP_WAIT_POLICY" not in os.environ and _cpu_busy_fraction() > BUSY_FRACTION:
-    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+def _drop_inherited_wait_policy(environ: MutableMapping[str, str]) -> None:
+    """Remove an OMP_WAIT_POLICY that a parent's `import minigpt` set (and the user did not change)."""
+    mark = environ.pop(OWN_WAIT_POLICY_MARK, None)
+    if mark is not None and environ.get("OMP_WAIT_POLICY") == mark:
+        del environ["OMP_WAIT_POLICY"]
+
+
+if "torch" not in sys.modules:
+    _drop_inherited_wait_policy(os.environ)
+    if "OMP_WAIT_POLICY" not in os.environ and _cpu_busy_fraction() > BUSY_FRACTION:
+        os.environ["OMP_WAIT_POLICY"] = os.environ[OWN_WAIT_POLICY_MARK] = "PASSIVE"
 
 # public name -> module that defines it
 _LAZY_EXPORTS = {

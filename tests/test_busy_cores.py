@@ -109,6 +109,29 @@ def test_openmp_threads_wait_passively_on_a_busy_machine_unless_the_user_says_ot
     assert 0.0 <= _cpu_busy_fraction() <= 1.0
 
 
+def test_a_child_process_decides_its_wait_policy_again_unless_the_user_set_it():
+    """A policy a parent's `import minigpt` set is the parent's decision, not the user's: a child
+    (the benchmark's default run, a launched worker) samples its own load instead."""
+    from minigpt import OWN_WAIT_POLICY_MARK, _drop_inherited_wait_policy
+
+    inherited = {"OMP_WAIT_POLICY": "PASSIVE", OWN_WAIT_POLICY_MARK: "PASSIVE", "PATH": "/bin"}
+    _drop_inherited_wait_policy(inherited)
+    assert inherited == {"PATH": "/bin"}  # decided again at this import
+    changed = {"OMP_WAIT_POLICY": "ACTIVE", OWN_WAIT_POLICY_MARK: "PASSIVE"}  # the user overrode it since
+    _drop_inherited_wait_policy(changed)
+    assert changed == {"OMP_WAIT_POLICY": "ACTIVE"}
+    users = {"OMP_WAIT_POLICY": "PASSIVE"}  # no mark: the user's own
+    _drop_inherited_wait_policy(users)
+    assert users == {"OMP_WAIT_POLICY": "PASSIVE"}
+
+    # And in a real child: the parent's PASSIVE and its mark come in, a busy machine sets both again.
+    code = f"import os, minigpt; print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('{OWN_WAIT_POLICY_MARK}'))"
+    env = dict(__import__("os").environ, OMP_WAIT_POLICY="ACTIVE", **{OWN_WAIT_POLICY_MARK: "ACTIVE"})
+    with busy_cores(len(__import__("os").sched_getaffinity(0))):
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout
+    assert out.split() == ["PASSIVE", "PASSIVE"]  # "ACTIVE" was marked as the package's, so not kept
+
+
 STEPS_CODE = """
 import sys, time, statistics, torch
 from minigpt import MiniGPTConfig, MiniGPTForCausalLM
