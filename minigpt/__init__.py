@@ -32,9 +32,9 @@ from typing import Any
 # spinning is what keeps steps fast (passive waiting cost the default run 40% of its tokens/s on an
 # idle 2-core EPYC), so only a machine busy when MiniGPT is imported (more than a third of its CPU
 # time in use over 0.1 s) gets passive waits. It must be set before torch loads OpenMP; a value of
-# the user's own is kept. One this package set is marked, so a child process (a benchmark's
-# default run, a data worker) decides again for itself, on the load it sees, rather than inherit
-# its parent's decision as though the user had made it.
+# the user's own is kept. One this package set is marked, so a child process (the benchmark's
+# default run and workers, any script started by a program that imported minigpt) decides again
+# for itself, on the load it sees, rather than inherit its parent's decision as the user's.
 BUSY_FRACTION = 0.35
 OWN_WAIT_POLICY_MARK = "MINIGPT_SET_OMP_WAIT_POLICY"  # holds the value this package put in OMP_WAIT_POLICY
 

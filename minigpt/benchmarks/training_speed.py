@@ -12,8 +12,8 @@ taken repeat by repeat, between contenders that ran back to back under the same 
 Contenders, all at the same shape (layers, heads, hidden, context, batch, vocabulary) and data:
   training_path       `run_training` with the run config (what `scripts/train.py` does), in fp32
   training_path_own_precision  the same at the precision the run config picks on this CPU (the CPU
-                      profile's `bf16: auto`: bf16 autocast where the CPU has AMX or AVX512-BF16,
-                      else fp32, the training_path row again): a comparison of defaults
+                      profile's `bf16: auto`: bf16 autocast where the CPU has AMX or AVX512-BF16;
+                      on an fp32-only CPU it repeats training_path): a comparison of defaults
   plain_loop          the same model, fused AdamW, clipping, warmup + cosine, in a bare loop
   gpt2_trainer        `GPT2LMHeadModel` under a stock `Trainer` (in-memory Dataset, default collator)
   gpt2_trainer_cpu_settings  the same in a process with the CPU profile's settings (flushed denormals,
@@ -191,4 +191,12 @@ def compare_training(
     return {"rows": rows, "ratios": ratios, "omp_wait_policies": wait_policies, "precisions": precisions}
 
 
-__all__ = ["CONTENDERS", "GPT2_CPU_SETTINGS", "GPT2_STOCK", "OWN_PRECISION", "TrainingBenchmark", "Worker", "compare_training"]
+__all__ = [
+    "CONTENDERS",
+    "GPT2_CPU_SETTINGS",
+    "GPT2_STOCK",
+    "OWN_PRECISION",
+    "TrainingBenchmark",
+    "Worker",
+    "compare_training",
+]
