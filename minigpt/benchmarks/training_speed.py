@@ -80,8 +80,11 @@ class TrainingBenchmark:
         ]
 
     def own_precision_overrides(self) -> list[str]:
-        """`overrides()` without the reference fp32: the run config's own `hardware.bf16` applies."""
-        return [override for override in self.overrides() if override != REFERENCE_PRECISION]
+        """`overrides()` without the reference fp32: the run config's own `hardware.bf16` applies
+        (a `hardware.bf16` among `extra_overrides`, which come later, still wins)."""
+        overrides = self.overrides()
+        overrides.remove(REFERENCE_PRECISION)  # the first one: the reference, not an extra override
+        return overrides
 
 
 class Worker:

@@ -2,8 +2,8 @@
 
 `TrainingBlocks` reads blocks straight from zero-copy numpy views of the memory-mapped Arrow file
 (a batch of 8 blocks of 128 tokens, collated, in 0.04 ms, 0.06 shifted, against 0.6 ms through
-`Dataset.__getitems__` and the collator's list-to-tensor copy), so no block is loaded before it is read and a corpus larger
-than memory stays on disk.
+`Dataset.__getitems__` and the collator's list-to-tensor copy), so no block is loaded before it is
+read and a corpus larger than memory stays on disk.
 
 Packing cuts the training token stream into fixed blocks once, so a run of several epochs shows
 the model the same windows every epoch: each token always at the same position, after the same
