@@ -232,9 +232,14 @@ def table_rows(results: dict) -> list[list[str]]:
     rows.append(["machine: load average before / after", load, ""])
     training = results.get("training")
     if training:
+        unmeasured = training.get("unmeasured_repeats", {})
         for name, row in training["rows"].items():
             precision = training["precisions"][name]
-            rows.append([f"training: {name} ({precision}), ms/step", format_spread(row["ms_per_step"]), ""])
+            value = format_spread(row["ms_per_step"])
+            if name in unmeasured:  # a long run no slower than its short one: the row is noise
+                repeats = len(row["ms_per_step"]["values"])
+                value += f", {unmeasured[name]} of {repeats} repeats <= 0: raise --long-steps"
+            rows.append([f"training: {name} ({precision}), ms/step", value, ""])
         ratios = training["ratios"]
         if "training_path_over_plain_loop" in ratios:
             ratio = format_spread(ratios["training_path_over_plain_loop"], ".3f")

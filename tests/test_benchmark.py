@@ -44,6 +44,8 @@ def test_benchmark_reports_every_row_with_its_spread_ratios_and_the_machine(tmp_
             _check_spread(row[key], repeats=2)
         for ms, tokens_per_s in zip(row["ms_per_step"]["values"], row["tokens_per_s"]["values"], strict=True):
             assert tokens_per_s * ms / 1e3 == _approx(2 * 16)  # batch x context tokens, repeat by repeat
+    nonpositive = {name: sum(ms <= 0 for ms in row["ms_per_step"]["values"]) for name, row in training["rows"].items()}
+    assert training["unmeasured_repeats"] == {name: count for name, count in nonpositive.items() if count}
     speedup = training["ratios"]["speedup_over_gpt2_trainer"]  # GPT-2's time / the path's, per repeat
     _check_spread(speedup, repeats=2)
     per_repeat = zip(gpt2["ms_per_step"]["values"], path["ms_per_step"]["values"], strict=True)
@@ -167,11 +169,7 @@ def test_gpt2_at_budget_trains_for_its_seconds_and_scores_bits_per_byte_as_the_p
 
 
 def test_quality_rows_show_the_budget_both_scores_and_the_gap():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("benchmark_script", REPO_ROOT / "scripts" / "benchmark.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = _benchmark_script()
     recipe = {"learning_rate": 2e-3, "lr_scheduler_type": "cosine"}
     quality = {
         "budget_s": 128.4,
@@ -261,3 +259,60 @@ def test_workers_start_one_at_a_time_and_report_their_wait_policies(tmp_path, mo
     assert events == [(kind, name) for name in names for kind in ("start", "ready")]
     assert result["omp_wait_policies"] == {name: "PASSIVE" if name == "plain_loop" else "default" for name in names}
     assert any(line.startswith("warning: the workers' OpenMP wait policies differ") for line in said)
+
+
+def test_a_repeat_whose_long_run_is_no_slower_is_flagged_not_passed_off_as_a_time(tmp_path, monkeypatch):
+    """With too few steps, run-once noise can outweigh the extra steps: (long - short) / extra comes
+    out zero or negative. The run warns, the JSON counts such repeats, and the table says so."""
+    from minigpt.benchmarks import training_speed
+
+    walls = iter([1.0, 1.4, 1.2, 0.9, 1.0, 1.4])  # plain_loop's second repeat: 0.9 s for more steps
+
+    class FakeWorker:
+        def __init__(self, name, bench):
+            self.name = name
+
+        def wait_ready(self):
+            return {"omp_wait_policy": "default", "precision": "float32"}
+
+        def run(self, steps):
+            return {"wall": next(walls) if self.name == "plain_loop" else 0.1 * steps, "cpu": 0.1 * steps}
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(training_speed, "Worker", FakeWorker)
+    monkeypatch.setattr(training_speed, "prepare_inputs", lambda bench: None)
+    bench = training_speed.TrainingBenchmark(
+        config=REPO_ROOT / "configs" / "shakespeare.yaml",
+        workdir=tmp_path,
+        repeats=3,
+        short_steps=2,
+        long_steps=4,
+        contenders=("training_path", "plain_loop"),
+    )
+    said = []
+    training = training_speed.compare_training(bench, progress=said.append)
+    assert training["rows"]["plain_loop"]["ms_per_step"]["values"] == [_approx(ms) for ms in (200.0, -150.0, 200.0)]
+    assert training["unmeasured_repeats"] == {"plain_loop": 1}
+    warnings = [line for line in said if line.startswith("warning:")]
+    expected = "warning: plain_loop's 4 steps took no longer than its 2 (0.90 s against 1.20 s): "
+    assert warnings == [expected + "this repeat measures noise; raise --long-steps"]
+
+    script = _benchmark_script()
+    machine = {"cpu": "CPU", "cpu_flags": None, "bf16_auto": "fp32", "cores": 2, "threads": 2}
+    machine |= {"torch": "2", "transformers": "5"}
+    rows = script.table_rows({"machine": machine, "load_before": 0.0, "load_after": 0.0, "training": training})
+    cells = {row[0]: row[1] for row in rows}
+    flagged = "200.0 (-150.0-200.0), 1 of 3 repeats <= 0: raise --long-steps"
+    assert cells["training: plain_loop (float32), ms/step"] == flagged
+    assert cells["training: training_path (float32), ms/step"] == "100.0 (100.0-100.0)"
+
+
+def _benchmark_script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("benchmark_script", REPO_ROOT / "scripts" / "benchmark.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script

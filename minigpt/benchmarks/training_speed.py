@@ -5,7 +5,9 @@ CPU settings (threads, denormal flushing, allocator thresholds), imports and all
 interleaves the workers (one contender's short run, its long run, then the next contender), so load
 from other jobs hits all of them alike. Per-step time = (wall of a `long_steps` run - wall of a
 `short_steps` run) / (long_steps - short_steps): everything a run does once (building the model and
-the Trainer, the final evaluation and save) cancels out, what it does every step stays in.
+the Trainer, the final evaluation and save) cancels out, what it does every step stays in. When
+the run-once costs vary by more than the extra steps cost (too few steps), a repeat comes out zero
+or negative: the run warns, and `unmeasured_repeats` counts those repeats for the table to flag.
 Every row keeps each repeat's value (`spread`: median, min, max, quartiles), and each ratio is
 taken repeat by repeat, between contenders that ran back to back under the same load.
 
@@ -169,6 +171,12 @@ def compare_training(
                 cpu = (long["cpu"] - short["cpu"]) / extra
                 per_step[name].append((wall, cpu))
                 progress(f"repeat {repeat + 1}/{bench.repeats} {name}: {1e3 * wall:.1f} ms/step")
+                if wall <= 0:  # run-once costs (start, final save) varied by more than the extra steps cost
+                    progress(
+                        f"warning: {name}'s {bench.long_steps} steps took no longer than its "
+                        f"{bench.short_steps} ({long['wall']:.2f} s against {short['wall']:.2f} s): "
+                        "this repeat measures noise; raise --long-steps"
+                    )
     finally:
         for worker in workers.values():
             worker.close()
@@ -191,7 +199,15 @@ def compare_training(
     if OWN_PRECISION in walls and GPT2_STOCK in walls:  # both sides as their defaults run them
         own = per_repeat_ratio(walls[GPT2_STOCK], walls[OWN_PRECISION])
         ratios[f"own_precision_speedup_over_{GPT2_STOCK}"] = own
-    return {"rows": rows, "ratios": ratios, "omp_wait_policies": wait_policies, "precisions": precisions}
+    # Repeats whose per-step time came out zero or negative: the table marks their rows.
+    unmeasured = {name: sum(w <= 0 for w in values) for name, values in walls.items() if min(values) <= 0}
+    return {
+        "rows": rows,
+        "ratios": ratios,
+        "omp_wait_policies": wait_policies,
+        "precisions": precisions,
+        "unmeasured_repeats": unmeasured,
+    }
 
 
 __all__ = [
