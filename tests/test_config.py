@@ -254,3 +254,20 @@ def test_init_from_records_which_keys_the_config_wrote_and_defers_the_context_ch
     }
     assert "data.block_size" in run.explicit_keys and "model.bias" not in run.explicit_keys
     assert run.to_dict()["model"]["init_from"] == "runs/base"
+
+
+def test_the_muon_config_is_the_default_run_with_another_optimizer():
+    """configs/shakespeare-muon.yaml compares Muon with AdamW at equal time: every setting but the
+    optimizer's must stay the default run's as either file changes."""
+    default = dataclasses.asdict(load_run_config(REPO / "configs" / "shakespeare.yaml", []))
+    muon = dataclasses.asdict(load_run_config(REPO / "configs" / "shakespeare-muon.yaml", []))
+    differ = {
+        f"{section}.{key}"
+        for section, values in default.items()
+        if section != "explicit_keys"  # which keys each file writes, not their values
+        for key, value in values.items()
+        if muon[section][key] != value
+    }
+    allowed = {"training.optim", "training.output_dir"}  # its own run folder
+    allowed |= {f"training.{key}" for key in default["training"] if key.startswith("muon_")}
+    assert "training.optim" in differ and differ <= allowed, differ - allowed

@@ -264,8 +264,9 @@ def test_weight_decay_lands_on_exactly_the_weight_matrices(
         (),
         ("model.tie_word_embeddings=false",),
         ("model.norm_type=rmsnorm", "model.qk_norm=true", "model.mlp_type=gated"),
+        ("training.decay_embeddings=true",),  # configs/shakespeare-muon.yaml's setting
     ],
-    ids=["default", "untied_head", "llama_style"],
+    ids=["default", "untied_head", "llama_style", "decay_embeddings"],
 )
 def test_muon_takes_the_block_matrices_and_adamw_the_rest(tmp_path, tokenizer_dir, monkeypatch, overrides):
     monkeypatch.chdir(REPO)
@@ -292,7 +293,11 @@ def test_muon_takes_the_block_matrices_and_adamw_the_rest(tmp_path, tokenizer_di
         if g["weight_decay"] > 0
         for n in g["param_names"]
     }
-    assert decayed == ({"lm_head.weight"} if overrides == ("model.tie_word_embeddings=false",) else set())
+    expected = {
+        ("model.tie_word_embeddings=false",): {"lm_head.weight"},
+        ("training.decay_embeddings=true",): {"transformer.wte.weight", "transformer.wpe.weight"},
+    }
+    assert decayed == expected.get(overrides, set())
     assert {g["lr"] for g in optimizer.optimizers["adamw"].param_groups} == {trainer.args.learning_rate}
 
 
