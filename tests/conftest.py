@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import subprocess
 import sys
 import time
+import types
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -117,6 +119,14 @@ def subprocess_env(tmp_path):
 
 
 PYTHON = sys.executable
+
+
+def load_script(name: str) -> types.ModuleType:
+    """scripts/<name>.py as a module, to call its functions (or `main` under `run_cli`) in-process."""
+    spec = importlib.util.spec_from_file_location(f"script_{name}", REPO_ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @contextlib.contextmanager

@@ -11,7 +11,7 @@ import time
 
 import pytest
 import torch
-from conftest import PYTHON, REPO_ROOT
+from conftest import PYTHON, REPO_ROOT, load_script
 
 TINY = "--layers 1 --heads 2 --hidden 32 --vocab 300 --context 16 --batch 2".split()
 
@@ -169,7 +169,7 @@ def test_gpt2_at_budget_trains_for_its_seconds_and_scores_bits_per_byte_as_the_p
 
 
 def test_quality_rows_show_the_budget_both_scores_and_the_gap():
-    script = _benchmark_script()
+    script = load_script("benchmark")
     recipe = {"learning_rate": 2e-3, "lr_scheduler_type": "cosine"}
     quality = {
         "budget_s": 128.4,
@@ -299,7 +299,7 @@ def test_a_repeat_whose_long_run_is_no_slower_is_flagged_not_passed_off_as_a_tim
     expected = "warning: plain_loop's 4 steps took no longer than its 2 (0.90 s against 1.20 s): "
     assert warnings == [expected + "this repeat measures noise; raise --long-steps"]
 
-    script = _benchmark_script()
+    script = load_script("benchmark")
     machine = {"cpu": "CPU", "cpu_flags": None, "bf16_auto": "fp32", "cores": 2, "threads": 2}
     machine |= {"torch": "2", "transformers": "5"}
     rows = script.table_rows({"machine": machine, "load_before": 0.0, "load_after": 0.0, "training": training})
@@ -308,11 +308,3 @@ def test_a_repeat_whose_long_run_is_no_slower_is_flagged_not_passed_off_as_a_tim
     assert cells["training: plain_loop (float32), ms/step"] == flagged
     assert cells["training: training_path (float32), ms/step"] == "100.0 (100.0-100.0)"
 
-
-def _benchmark_script():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("benchmark_script", REPO_ROOT / "scripts" / "benchmark.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    return script

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import load_script
 
 from minigpt.errors import ConfigError, run_cli
 from minigpt.model.configuration_minigpt import MiniGPTConfig
@@ -28,13 +29,6 @@ CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
 HARDWARE_PROFILES = sorted((REPO / "configs" / "hardware").glob("*.yaml"))
 SMOKE = REPO / "configs" / "smoke.yaml"
 TRAIN_SCRIPT = REPO / "scripts" / "train.py"
-
-
-def load_script_main(path: Path):
-    spec = importlib.util.spec_from_file_location(f"script_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
 
 
 def test_the_three_required_configs_are_shipped():
@@ -178,7 +172,7 @@ BAD_OVERRIDES = [
 
 @pytest.mark.parametrize(("override", "key", "hint"), BAD_OVERRIDES, ids=[case[0] for case in BAD_OVERRIDES])
 def test_bad_config_exits_2_with_one_line_naming_the_key(override, key, hint, capsys):
-    main = load_script_main(TRAIN_SCRIPT)  # the CLI's own main, run as `run_cli` runs it
+    main = load_script("train").main  # the CLI's own main, run as `run_cli` runs it
     with pytest.raises(SystemExit) as exit_info:
         run_cli(lambda: main([str(SMOKE), override]))
     assert exit_info.value.code == 2

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -12,6 +11,7 @@ from pathlib import Path
 import datasets
 import numpy as np
 import pytest
+from conftest import load_script
 
 from minigpt.data import corpus, packing
 from minigpt.data.compatibility import check_block_size, check_compatible
@@ -399,13 +399,6 @@ def test_prepare_data_cli_error_is_one_line(tmp_path):
         f"error: train path {tmp_path / 'missing.txt'} does not exist"
     ]
     assert not (tmp_path / "cache").exists() and not (tmp_path / "tok").exists()
-
-
-def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_scripts_train_tokenizer_then_prepare_and_reuse(tmp_path, capsys):

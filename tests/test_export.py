@@ -21,9 +21,11 @@ from conftest import (
     REPO_ROOT,
     SHAKESPEARE,
     build_tiny_tokenizer,
+    load_script,
     tiny_model,
 )
 
+from minigpt.errors import run_cli
 from minigpt.export.architectures import choose_architecture
 from minigpt.export.errors import ExportError
 from minigpt.export.exporting import export_stock_folder
@@ -279,7 +281,18 @@ def run_export(*args: str, cwd) -> subprocess.CompletedProcess:
     )
 
 
-def test_cli_exports_and_refuses_in_one_line_writing_nothing(tmp_path):
+def export_in_process(monkeypatch, capsys, *args: str) -> tuple[int, str]:
+    """scripts/export.py's `main` under `run_cli`, as `python scripts/export.py ARGS` runs it:
+    (exit code, stderr)."""
+    script = load_script("export")
+    monkeypatch.setattr(sys, "argv", ["export.py", *args])
+    capsys.readouterr()  # drop what came before
+    with pytest.raises(SystemExit) as exited:
+        run_cli(script.main)
+    return exited.value.code, capsys.readouterr().err
+
+
+def test_cli_exports_and_refuses_in_one_line_writing_nothing(tmp_path, monkeypatch, capsys):
     model = randomise(tiny_model(**LLAMA_BLOCK), seed=1)
     model.save_pretrained(tmp_path / "model")
     build_tiny_tokenizer().save_pretrained(tmp_path / "model")
@@ -289,23 +302,27 @@ def test_cli_exports_and_refuses_in_one_line_writing_nothing(tmp_path):
     assert "LlamaForCausalLM" in done.stdout and (tmp_path / "out" / "model.safetensors").is_file()
     assert "GGUF arch llama, f16" in done.stdout and (tmp_path / "model.gguf").read_bytes()[:4] == b"GGUF"
 
-    refused = [
-        run_export("model", "--to", "gpt2", "--output", "gpt2-out", cwd=tmp_path),  # learned positions needed
-        run_export("model", "--output", "out", cwd=tmp_path),  # exists
-    ]
+    # The refusals in this process (run_cli as the script runs it): the same lines, without four
+    # more interpreter start-ups.
+    monkeypatch.chdir(tmp_path)
     gated_layernorm = tiny_model(position_embedding_type="rope", mlp_type="gated")
     gated_layernorm.save_pretrained(tmp_path / "odd")
     build_tiny_tokenizer().save_pretrained(tmp_path / "odd")
-    refused.append(run_export("odd", "--output", "odd-out", cwd=tmp_path))
     # GPT-2 computes exact GELU, llama.cpp's gpt2 graph only the tanh form: the GGUF refusal stops both.
     tiny_model(hidden_act="gelu").save_pretrained(tmp_path / "erf")
     build_tiny_tokenizer().save_pretrained(tmp_path / "erf")
-    refused.append(run_export("erf", "--output", "erf-out", "--gguf", "erf.gguf", cwd=tmp_path))
+    refusals = [
+        ("model", "--to", "gpt2", "--output", "gpt2-out"),  # learned positions needed
+        ("model", "--output", "out"),  # exists
+        ("odd", "--output", "odd-out"),
+        ("erf", "--output", "erf-out", "--gguf", "erf.gguf"),
+    ]
     messages = []
-    for result in refused:
-        assert result.returncode == 2, result.stderr[-2000:]
-        lines = result.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for args in refusals:
+        code, stderr = export_in_process(monkeypatch, capsys, *args)
+        assert code == 2, stderr[-2000:]
+        lines = stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), stderr
         messages.append(lines[0])
     assert "position_embedding_type='rope'" in messages[0]
     assert "--force" in messages[1]

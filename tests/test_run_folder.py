@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import subprocess
@@ -11,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 from minigpt.errors import ConfigError
 from minigpt.training.busy_cores import SlowdownDetector
@@ -226,15 +226,8 @@ def test_cli_invalid_yaml_names_file_line_and_column(tmp_path):
     assert "<unicode string>" not in proc.stderr
 
 
-def load_train_script():
-    spec = importlib.util.spec_from_file_location("train_script", TRAIN_SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_cli_options_and_overrides_in_any_order():
-    script = load_train_script()
+    script = load_script("train")
     for argv in (
         ["configs/smoke.yaml", "--resume", "training.max_steps=40"],
         ["--resume", "configs/smoke.yaml", "training.max_steps=40"],
@@ -249,7 +242,7 @@ def test_cli_options_and_overrides_in_any_order():
 
 
 def test_resume_hint_shows_the_config_as_readme_does(monkeypatch, tmp_path):
-    script = load_train_script()
+    script = load_script("train")
     monkeypatch.chdir(REPO)
     assert script.display_path(script.DEFAULT_CONFIG) == "configs/shakespeare.yaml"
     monkeypatch.chdir(tmp_path)  # outside the repository the path stays absolute, and still works
