@@ -307,4 +307,3 @@ def test_a_repeat_whose_long_run_is_no_slower_is_flagged_not_passed_off_as_a_tim
     flagged = "200.0 (-150.0-200.0), 1 of 3 repeats <= 0: raise --long-steps"
     assert cells["training: plain_loop (float32), ms/step"] == flagged
     assert cells["training: training_path (float32), ms/step"] == "100.0 (100.0-100.0)"
-

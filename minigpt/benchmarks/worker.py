@@ -25,8 +25,6 @@ def main(argv: list[str]) -> int:
     answers = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # progress bars and log lines of the training go to the log, not the answers
 
-    import torch
-
     from ..training.run_config import load_run_config
     from ..training.trainer import apply_cpu_settings, training_dtype
     from .contenders import build_contender
@@ -51,8 +49,8 @@ def main(argv: list[str]) -> int:
     train(spec["warmup_steps"])  # first-call costs (lazy imports, allocator) out of the timed runs
     policy = os.environ.get("OMP_WAIT_POLICY", "default")  # as `import minigpt` left it
     # A stock Trainer never autocasts, whatever the run config says; the others run as it resolves.
-    dtype = torch.float32 if contender == GPT2_STOCK else training_dtype(run.hardware)
-    precision = str(dtype).removeprefix("torch.")
+    dtype = "torch.float32" if contender == GPT2_STOCK else str(training_dtype(run.hardware))
+    precision = dtype.removeprefix("torch.")
     answers.write(json.dumps({"ready": True, "omp_wait_policy": policy, "precision": precision}) + "\n")
     for line in sys.stdin:
         steps = json.loads(line)["steps"]
