@@ -95,6 +95,43 @@ def build_tiny_tokenizer(vocab_size: int = 300):
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|pad|>")
 
 
+def write_small_corpus(folder: Path) -> Path:
+    """845 bytes of Tiny Shakespeare: 25 blocks of 16 tokens, 3 full steps of 8 an epoch when shifted
+    (24 blocks), so 14 steps cross 5 epochs."""
+    corpus = folder / "small.txt"
+    corpus.write_text(SHAKESPEARE.read_text()[:845])
+    return corpus
+
+
+def small_run_overrides(folder: Path, corpus: Path, *extra: str) -> list[str]:
+    """configs/smoke.yaml on `corpus`, blocks shifted each epoch, everything of it in `folder`'s parent."""
+    return [
+            f"training.output_dir={folder}",
+            f"tokenizer.path={folder.parent / 'tokenizer'}",
+            f"data.train_files={corpus}",
+            f"data.cache_dir={folder.parent / 'cache'}",
+            "data.shift_blocks=true",
+            "data.validation_fraction=0.25",
+            "data.block_size=16",
+            "model.max_position_embeddings=16",
+            "training.sample_max_new_tokens=8",
+            "tokenizer.vocab_size=300",
+            "hardware.per_device_train_batch_size=8",
+            "hardware.bf16=false",
+            "hardware.torch_num_threads=1",
+            *("training.max_steps=14", "training.warmup_steps=2", "training.save_steps=100"),
+            *("training.eval_steps=100", "training.sample_steps=100", "training.logging_steps=1"),
+            *("tokenizer.show_progress=false", "data.show_progress=false"),
+            *extra,
+    ]
+
+
+def small_run(folder: Path, corpus: Path, *extra: str):
+    from minigpt.training.run_config import load_run_config
+
+    return load_run_config(str(REPO_ROOT / "configs" / "smoke.yaml"), small_run_overrides(folder, corpus, *extra))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def minigpt_cache_dir(tmp_path_factory):
     """The measured peak FLOP/s goes to a per-session folder, not the user's ~/.cache/minigpt

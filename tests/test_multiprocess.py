@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import resume_worker
-from conftest import PYTHON, REPO_ROOT
+from conftest import PYTHON, REPO_ROOT, small_run_overrides, write_small_corpus
 
 from minigpt.training.checkpoints import checkpoint_problems, list_checkpoints
 
@@ -221,8 +221,6 @@ def test_shifted_blocks_on_two_processes_give_the_one_process_loss_curve(tmp_pat
     dataset only in one). Without it the two-process curve leaves the one-process one at the
     second epoch (step 4).
     """
-    from test_training_blocks import small_run_overrides, write_small_corpus
-
     from minigpt.training.run_config import load_run_config
     from minigpt.training.trainer import run_training
 

@@ -178,6 +178,8 @@ class TrainingSettings:
     max_time: float | None = None
     weight_decay: float = 0.1  # AdamW decoupled weight decay, applied to weight matrices only
     decay_embeddings: bool = False  # also decay token/position embeddings (and the tied output head)
+    # Passes over the training data before the model's dropout turns on (late dropout); 0: from the start
+    dropout_start_epoch: float = 0.0
     adam_beta1: float = 0.9  # AdamW first-moment decay
     adam_beta2: float = 0.95  # AdamW second-moment decay (0.95 as in GPT-3 / nanoGPT)
     adam_epsilon: float = 1e-8  # AdamW epsilon
@@ -206,7 +208,14 @@ class TrainingSettings:
     def __post_init__(self) -> None:
         for name in ("max_steps", "logging_steps", "eval_steps", "save_steps", "sample_max_new_tokens"):
             require(getattr(self, name) > 0, f"training.{name}", "must be positive", getattr(self, name))
-        for name in ("warmup_steps", "sample_steps", "weight_decay", "max_grad_norm", "sample_temperature"):
+        for name in (
+            "warmup_steps",
+            "sample_steps",
+            "weight_decay",
+            "max_grad_norm",
+            "sample_temperature",
+            "dropout_start_epoch",
+        ):
             require(getattr(self, name) >= 0, f"training.{name}", "must be >= 0", getattr(self, name))
         require(self.learning_rate > 0, "training.learning_rate", "must be positive", self.learning_rate)
         require(

@@ -65,6 +65,7 @@ from .callbacks import (
 from .checkpoints import AtomicCheckpointTrainer, check_resume_compatible, find_resume_checkpoint
 from .cpu_allocator import keep_freed_memory
 from .interrupt import StopController
+from .late_dropout import LateDropoutCallback
 from .optimizers import AUX_ADAMW, MUON, muon_with_adamw
 from .plotting import plot_loss_curves
 from .run_config import check_fits_model
@@ -483,6 +484,8 @@ def build_trainer(
         train_dataset = TrainingBlocks(train_dataset, seed=run.training.seed, shift=run.data.shift_blocks)
         if run.data.shift_blocks:  # each epoch's windows from another offset in the token stream
             own_callbacks.append(EpochOffsetCallback(train_dataset))
+    if run.training.dropout_start_epoch > 0:
+        own_callbacks.append(LateDropoutCallback(model, run.training.dropout_start_epoch))
     schedule = None
     if run.training.lr_scheduler_type == "warmup_stable_decay":
         t = run.training
