@@ -1,13 +1,15 @@
 """The data stage's settings: the `data:` and `tokenizer:` sections of a run config.
 
-Plain dataclasses with no heavy imports, at the bottom of the data stage, so a run config is
-loaded and checked without importing `datasets`, `tokenizers` or torch.
+Plain dataclasses at the bottom of the data stage (numpy their one import beyond the standard
+library), so a run config is loaded and checked without importing `datasets`, `tokenizers` or torch.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass, field
+
+import numpy as np
 
 from ..errors import ConfigError
 
@@ -73,7 +75,7 @@ class DataSettings:
         if self.validation_split != "auto":
             return self.validation_split
         if num_train_files > 1:  # random, if the seeded draw leaves files on both sides
-            held_out = sum(seeded_unit(i, self.seed) < self.validation_fraction for i in range(num_train_files))
+            held_out = int((seeded_unit(np.arange(num_train_files), self.seed) < self.validation_fraction).sum())
             if 0 < held_out < num_train_files:
                 return "random"
         return "tail"
@@ -129,15 +131,16 @@ class TokenizerSettings:
         return record
 
 
-def seeded_unit(index: int, seed: int) -> float:
-    """A deterministic pseudo-random number in [0, 1) for one document index (SplitMix64 of index
-    and seed): `sources.seeded_unit` for one int, without numpy (a test keeps the two equal)."""
-    mask = 0xFFFFFFFFFFFFFFFF
-    z = (index + (seed & mask) * 0x9E3779B97F4A7C15) & mask
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
-    z = z ^ (z >> 31)
-    return (z >> 11) / float(1 << 53)
+def seeded_unit(ids: np.ndarray, seed: int) -> np.ndarray:
+    """A deterministic pseudo-random number in [0, 1) per id (SplitMix64 of id and seed), the same on
+    every machine: the "random" validation split holds out the documents whose number is below
+    `validation_fraction`. `ids`: integer array of any shape; returns float64 of that shape."""
+    with np.errstate(over="ignore"):  # the multiplications wrap modulo 2**64, as SplitMix64 means them to
+        z = ids.astype(np.uint64) + np.uint64(seed & 0xFFFFFFFFFFFFFFFF) * np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)).astype(np.float64) / float(1 << 53)  # the top 53 bits: exact in a float64
 
 
 def check_block_size(block_size: int, max_position_embeddings: int) -> None:

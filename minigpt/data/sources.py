@@ -25,7 +25,7 @@ from ..distributed import is_main_process
 from ..errors import ConfigError, DataError, MiniGPTUserError
 from ..progress import datasets_progress_bars
 from .provenance import content_fingerprint
-from .settings import FORMATS, DataSettings
+from .settings import FORMATS, DataSettings, seeded_unit
 
 SUFFIX_FORMATS = {".jsonl": "json", ".json": "json", ".ndjson": "json", ".parquet": "parquet"}
 LOCAL_FILES_BAR_THRESHOLD = 16  # datasets' DownloadManager draws a per-file bar from this many files
@@ -456,16 +456,6 @@ def _split_tail(loaded: _Loaded, fraction: float) -> tuple[RawSplit, RawSplit]:
         _doc_ends_within(loaded.file_rows, cut, loaded.rows),
     )
     return train, validation
-
-
-def seeded_unit(ids: np.ndarray, seed: int) -> np.ndarray:
-    """A deterministic pseudo-random number in [0, 1) per id (SplitMix64 of id and seed)."""
-    with np.errstate(over="ignore"):
-        z = ids.astype(np.uint64) + np.uint64(seed & 0xFFFFFFFFFFFFFFFF) * np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        z = z ^ (z >> np.uint64(31))
-    return (z >> np.uint64(11)).astype(np.float64) / float(1 << 53)
 
 
 def _in_validation(
