@@ -442,18 +442,35 @@ def test_the_progress_bar_follows_the_planned_length_and_a_stop_silences_log_lin
     callback.on_train_end(args, state, TrainerControl())
 
 
-def test_samples_do_not_touch_the_training_rng(tmp_path, tokenizer_dir, monkeypatch):
-    from minigpt.training.callbacks import generate_samples
+def test_samples_leave_the_training_rng_and_mode_and_repeat_by_seed(tmp_path, tokenizer_dir, monkeypatch):
+    import random
+
+    import numpy as np
+
+    from minigpt.training.callbacks import SampleTextCallback
 
     monkeypatch.chdir(REPO)
     trainer = tiny_trainer(tmp_path, tokenizer_dir)
-    torch.manual_seed(123)
-    expected = torch.rand(3)
-    torch.manual_seed(123)
+    long_prompt = "ROMEO: " * 100  # longer than the context: its tail is continued
+    prompts = ["ROMEO:", "", long_prompt]
+    callback = SampleTextCallback(trainer.processing_class, prompts, tmp_path / "samples.txt", 1, 8, 1.0, 5, seed=0)
+    modes = []
+    trainer.model.register_forward_pre_hook(lambda module, args: modes.append(module.training))
+
+    def draws():
+        return torch.rand(3).tolist(), random.random(), np.random.rand()
+
+    torch.manual_seed(123), random.seed(123), np.random.seed(123)
+    expected = draws()
+    torch.manual_seed(123), random.seed(123), np.random.seed(123)
     trainer.model.train()
-    texts = generate_samples(trainer.model, trainer.processing_class, ["ROMEO:", ""], 8, 1.0, 5, seed=0)
-    assert torch.equal(torch.rand(3), expected)
-    assert trainer.model.training and len(texts) == 2 and texts[0].startswith("ROMEO:")
+    texts = callback.texts_at(trainer.model, step=10)
+    assert draws() == expected  # no RNG consumed: a resumed run draws the same dropout masks
+    assert trainer.model.training and modes and not any(modes)  # sampled in eval mode, then restored
+    assert len(texts) == 3 and texts[0].startswith("ROMEO:")
+    assert "ROMEO: ROMEO:" in texts[2] and len(texts[2]) < len(long_prompt)
+    assert callback.texts_at(trainer.model, step=10) == texts  # the same seed, the same samples
+    assert callback.texts_at(trainer.model, step=11) != texts  # the seed moves with the step
 
 
 def test_gpu_config_says_clearly_when_the_machine_has_no_gpu():

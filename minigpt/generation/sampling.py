@@ -3,12 +3,17 @@ a caller that iterates over the text, as the web app does).
 
 Sampling settings come, in order, from the caller (the CLI flags), the run's sample settings in
 the resolved training config beside the model (`training.sample_*`), then the model's
-`generation_config.json`. Each sample i is drawn after `set_seed(seed + i)`, so a seed gives the
-same text on every run, and any one sample can be redrawn alone.
+`generation_config.json`. Each sample i is drawn after `torch.manual_seed(seed + i)`, so a seed
+gives the same text on every run, and any one sample can be redrawn alone.
+
+Sampling leaves the process as it found it: the model is put in eval mode (no dropout) and back
+in its mode after, and torch's random state (CPU and GPUs) is restored, so the samples a training
+run draws between steps change neither its dropout masks nor a resumed run's (`SampleTextCallback`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 from collections.abc import Iterator
@@ -16,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import GenerationConfig, TextIteratorStreamer, TextStreamer, set_seed
+from transformers import GenerationConfig, TextIteratorStreamer, TextStreamer
 
 from ..errors import ConfigError
 from .kv_cache import GrowingCache
@@ -133,15 +138,27 @@ def random_seed() -> int:
 
 
 def prepare_generation(
-    model, tokenizer, prompt: str, settings: SamplingSettings, run_config: dict[str, Any] | None = None
+    model,
+    tokenizer,
+    prompt: str,
+    settings: SamplingSettings,
+    run_config: dict[str, Any] | None = None,
+    fit_prompt: bool = False,
 ) -> tuple[torch.Tensor, GenerationConfig]:
-    """Checked settings -> the prompt's (1, T) ids on the model's device and the generation config."""
+    """Checked settings -> the prompt's (1, T) ids on the model's device and the generation config.
+
+    A prompt and new tokens longer than the model's context are refused, or with `fit_prompt` the
+    prompt is cut to its last tokens that leave room for the new ones (learned positions end at
+    the context; a training run samples whatever prompts its config names).
+    """
     settings.validate()
     generation_config = build_generation_config(model.generation_config, settings, run_config)
     input_ids = prompt_ids(tokenizer, prompt).to(model.device)  # (1, T)
     context = model.config.max_position_embeddings
     if generation_config.max_new_tokens is None:  # nothing set it: fill the context
         generation_config.max_new_tokens = max(1, context - input_ids.shape[1])
+    if fit_prompt and generation_config.max_new_tokens < context:
+        input_ids = input_ids[:, -(context - generation_config.max_new_tokens) :]  # (1, T' <= T)
     if input_ids.shape[1] + generation_config.max_new_tokens > context:
         raise ConfigError(
             f"prompt ({input_ids.shape[1]} tokens) + max_new_tokens ({generation_config.max_new_tokens}) "
@@ -158,13 +175,29 @@ def prepare_generation(
     return input_ids, generation_config
 
 
+@contextlib.contextmanager
+def seeded_eval_mode(model, seed: int) -> Iterator[None]:
+    """Inside: the model in eval mode, no gradients, torch's RNG seeded with `seed` (sampling draws
+    from it). After: the model in the mode it was in, torch's random state of the CPU and of every
+    initialized GPU as it was (Python's and NumPy's are never touched)."""
+    was_training = model.training
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+    # no_grad, not inference_mode: a training model must not keep inference tensors for its next backward
+    with torch.random.fork_rng(devices=devices), torch.no_grad():
+        torch.manual_seed(seed)  # also seeds every GPU's generator: all restored by fork_rng
+        model.eval()
+        try:
+            yield
+        finally:
+            model.train(was_training)
+
+
 def sample_once(
     model, input_ids: torch.Tensor, generation_config: GenerationConfig, decoding: str, seed: int, streamer=None
 ) -> torch.Tensor:
-    """One `generate()` call after `set_seed(seed)` (Python, NumPy and torch RNGs: sampling draws
-    from torch's), with the decoding mode's cache; returns the (1, T) prompt + new token ids."""
-    set_seed(seed)
-    with torch.inference_mode():
+    """One `generate()` call in `seeded_eval_mode(model, seed)`, with the decoding mode's cache;
+    returns the (1, T) prompt + new token ids."""
+    with seeded_eval_mode(model, seed):
         return model.generate(
             input_ids,
             attention_mask=torch.ones_like(input_ids),
@@ -182,13 +215,19 @@ def generate_samples(
     run_config: dict[str, Any] | None = None,
     stream: bool = True,
     on_sample_start=None,
+    fit_prompt: bool = False,
 ) -> list[str]:
-    """Generate `settings.num_samples` continuations of `prompt`; returns the full texts.
+    """Generate `settings.num_samples` continuations of `prompt`; returns the full texts (prompt
+    included, special tokens left out).
 
     With `stream`, each sample's text is printed as it is produced (`TextStreamer`).
     `on_sample_start(i, seed)` is called before sample i (the CLI prints a header there).
+    `fit_prompt`: cut a prompt too long for the context to its tail (see `prepare_generation`).
+    The model's mode and torch's random state are left as they were (`seeded_eval_mode`).
     """
-    input_ids, generation_config = prepare_generation(model, tokenizer, prompt, settings, run_config)
+    input_ids, generation_config = prepare_generation(
+        model, tokenizer, prompt, settings, run_config, fit_prompt=fit_prompt
+    )
     base_seed = settings.seed if settings.seed is not None else random_seed()
     streamer = TextStreamer(tokenizer, skip_prompt=False, skip_special_tokens=True) if stream else None
     texts = []

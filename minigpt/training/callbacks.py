@@ -26,6 +26,7 @@ from transformers.trainer_callback import ProgressCallback
 
 from ..atomic import atomic_write_file
 from ..data.training_blocks import TrainingBlocks
+from ..generation import SamplingSettings, generate_samples
 from .interrupt import StopController
 from .throughput import ThroughputMeter
 
@@ -182,8 +183,9 @@ def _jsonable(value: Any) -> Any:
 class SampleTextCallback(TrainerCallback):
     """Every `every` steps and at the end, continue each prompt, print it and append it to samples.txt.
 
-    Sampling runs inside `torch.random.fork_rng()`: it must not consume the training RNG, or a
-    resumed run would draw different dropout masks than an uninterrupted one.
+    Sampling (`minigpt.generation.generate_samples`) leaves torch's random state as it was: it must
+    not consume the training RNG, or a resumed run would draw different dropout masks than an
+    uninterrupted one. The samples of a step are the same for the same seed (`seed` + the step).
     """
 
     def __init__(
@@ -205,7 +207,7 @@ class SampleTextCallback(TrainerCallback):
         self.every = every
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
-        self.top_k = top_k
+        self.top_k = top_k  # None: no top-k filter
         self.seed = seed
         self.last_sampled_step: int | None = None
         self.last_samples: list[str] = []
@@ -224,20 +226,26 @@ class SampleTextCallback(TrainerCallback):
         if state.global_step >= state.max_steps and self.last_sampled_step != state.global_step:
             self.sample(args, state, model)
 
+    def texts_at(self, model: torch.nn.Module, step: int) -> list[str]:
+        """One continuation per prompt, as sampled at `step`; an empty prompt starts a new document,
+        a long one keeps its tail that leaves room for the new tokens."""
+        settings = SamplingSettings(
+            max_new_tokens=self.max_new_tokens,
+            temperature=self.temperature,
+            top_k=self.top_k or 0,  # 0: no filter (None would take the generation config's)
+            seed=self.seed + step,
+        )
+        return [
+            generate_samples(model, self.tokenizer, prompt, settings, stream=False, fit_prompt=True)[0]
+            for prompt in self.prompts
+        ]
+
     def sample(self, args: TrainingArguments, state: TrainerState, model: torch.nn.Module) -> list[str]:
         """Generate one continuation per prompt (main process only); returns the texts."""
         self.last_sampled_step = state.global_step
         if not state.is_world_process_zero or model is None:
             return []
-        texts = generate_samples(
-            model,
-            self.tokenizer,
-            self.prompts,
-            self.max_new_tokens,
-            self.temperature,
-            self.top_k,
-            seed=self.seed + state.global_step,
-        )
+        texts = self.texts_at(model, state.global_step)
         block = "".join(
             f"--- step {state.global_step}, prompt {p!r} ---\n{t}\n"
             for p, t in zip(self.prompts, texts, strict=True)
@@ -250,55 +258,12 @@ class SampleTextCallback(TrainerCallback):
         return texts
 
 
-@torch.no_grad()
-def generate_samples(
-    model: torch.nn.Module,
-    tokenizer: PreTrainedTokenizerBase,
-    prompts: list[str],
-    max_new_tokens: int,
-    temperature: float,
-    top_k: int | None,
-    seed: int,
-) -> list[str]:
-    """Continue each prompt with `model.generate`, leaving every RNG and the model's mode as they were."""
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    devices = [device] if device.type == "cuda" else []
-    texts = []
-    try:
-        with torch.random.fork_rng(devices=devices):
-            torch.manual_seed(seed)
-            for prompt in prompts:
-                ids = tokenizer(prompt, return_tensors="pt")["input_ids"]  # (1, P)
-                if ids.shape[1] == 0:  # an empty prompt starts from end-of-text
-                    ids = torch.tensor([[tokenizer.eos_token_id]])
-                # Learned positions end at max_position_embeddings: keep the prompt's tail that fits.
-                ids = ids[:, -(model.config.max_position_embeddings - max_new_tokens) :].to(device)
-                sampling = {"do_sample": True, "temperature": temperature, "top_k": top_k}
-                output = model.generate(
-                    input_ids=ids,
-                    attention_mask=torch.ones_like(ids),
-                    # A total length, not max_new_tokens: the model's generation config sets
-                    # max_length (its context), and transformers warns at every call that sets both.
-                    max_length=ids.shape[1] + max_new_tokens,
-                    use_cache=True,
-                    pad_token_id=tokenizer.pad_token_id,
-                    **(sampling if temperature > 0 else {"do_sample": False}),
-                )  # (1, P + new)
-                texts.append(prompt + tokenizer.decode(output[0, ids.shape[1] :]))
-    finally:
-        model.train(was_training)
-    return texts
-
-
 __all__ = [
     "LogLineProgressCallback",
     "MetricsFileCallback",
     "SampleTextCallback",
     "StepTimerCallback",
     "format_log_line",
-    "generate_samples",
 ]
 
 
