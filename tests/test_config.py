@@ -14,7 +14,7 @@ import yaml
 from conftest import load_script
 
 from minigpt.errors import ConfigError, run_cli
-from minigpt.model.configuration_minigpt import MiniGPTConfig
+from minigpt.model.configuration_minigpt import PLAIN_ROPE, MiniGPTConfig
 from minigpt.training.run_config import apply_override, build_run_config, load_run_config
 from minigpt.training.settings import (
     INIT_KEYS,
@@ -74,14 +74,22 @@ def test_model_section_mirrors_miniGPTConfig_fields():
     config = MiniGPTConfig(**run.model.architecture(), vocab_size=300, eos_token_id=0)
     assert isinstance(config, MiniGPTConfig)
     assert (config.hidden_size, config.num_hidden_layers, config.vocab_size) == (32, 2, 300)
+    # rope_parameters is a MiniGPTConfig keyword, not a field: only a rotary config has the attribute.
+    keywords = {"rope_parameters"}
     own = set(MiniGPTConfig.__annotations__) - {"vocab_size", "bos_token_id", "eos_token_id", "pad_token_id"}
-    assert set(run.model.architecture()) == own - {"use_cache"}
+    assert set(run.model.architecture()) == (own | keywords) - {"use_cache"}
     assert {f.name for f in dataclasses.fields(run.model)} == set(run.model.architecture()) | set(INIT_KEYS)
     # The plain mirror (no torch at config time) keeps MiniGPTConfig's defaults and types.
-    for settings_field in [f for f in dataclasses.fields(ModelSettings) if f.name not in INIT_KEYS]:
+    mirrored = [f for f in dataclasses.fields(ModelSettings) if f.name not in {*INIT_KEYS, *keywords}]
+    for settings_field in mirrored:
         name = settings_field.name
         assert settings_field.default == getattr(MiniGPTConfig, name), name
         assert str(settings_field.type) == str(MiniGPTConfig.__annotations__[name]), name
+    # rope_parameters' default (null) is plain RoPE for rotary positions and nothing for learned ones.
+    default = ModelSettings().rope_parameters
+    rotary = MiniGPTConfig(position_embedding_type="rope", rope_parameters=default)
+    learned = MiniGPTConfig(position_embedding_type="learned", rope_parameters=default)
+    assert rotary.rope_parameters == PLAIN_ROPE and not hasattr(learned, "rope_parameters")
 
 
 def test_rope_parameters_reach_the_model_and_a_bad_one_names_the_key():

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import LLAMA_BLOCK, QWEN3_BLOCK, tiny_model
+from conftest import LLAMA_BLOCK, QWEN3_BLOCK, tiny_model, tiny_model_config
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-from minigpt import MiniGPTForCausalLM
+from minigpt import MiniGPTConfig, MiniGPTForCausalLM
 
 # Learned and rotary positions, tied and untied output heads; Llama's and Qwen3's blocks.
 VARIANTS = [
@@ -267,6 +267,66 @@ def test_rope_scaling_changes_long_context_logits_and_dynamic_leaves_short_ones(
     assert not torch.allclose(logits["dynamic"][1], long_default, atol=1e-5)
     assert not torch.allclose(logits["linear"][0], short_default, atol=1e-5)  # linear scales all
     assert not torch.allclose(logits["linear"][1], long_default, atol=1e-5)
+
+
+def test_a_learned_position_config_has_no_rope_parameters_anywhere(tmp_path):
+    """transformers tells a rotary model by `hasattr(config, "rope_parameters")` (rope standardisation
+    in PreTrainedConfig, rope scaling checks): a learned-position model must not have it."""
+    import json
+
+    model = tiny_model(position_embedding_type="learned")
+    assert not hasattr(model.config, "rope_parameters") and not hasattr(model.config, "rope_scaling")
+    model.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert not any(key.startswith("rope") for key in saved), saved
+    # A config saved before this held plain RoPE's defaults for every model: it still loads, without them.
+    saved.update(rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, rope_theta=10000.0)
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    loaded = MiniGPTForCausalLM.from_pretrained(tmp_path)
+    assert not hasattr(loaded.config, "rope_parameters") and "rope_theta" not in loaded.config.to_dict()
+    # Rotary settings that ask for something are refused with learned positions, naming the key.
+    with pytest.raises(ValueError, match=r"rope_parameters applies to position_embedding_type='rope' only"):
+        MiniGPTConfig(rope_parameters={"rope_type": "linear", "factor": 2.0})
+
+
+def test_a_rotary_config_round_trips_rope_parameters_through_save_and_load(tmp_path):
+    import json
+
+    rope = {"rope_type": "linear", "factor": 2.0}
+    model = tiny_model(position_embedding_type="rope", rope_parameters=rope)
+    assert rope == {"rope_type": "linear", "factor": 2.0}  # the caller's dict is left as given
+    assert model.config.rope_parameters == {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}
+    model.save_pretrained(tmp_path)
+    assert (
+        json.loads((tmp_path / "config.json").read_text())["rope_parameters"] == model.config.rope_parameters
+    )
+    loaded = MiniGPTForCausalLM.from_pretrained(tmp_path).eval()
+    assert loaded.config.rope_parameters == model.config.rope_parameters
+    ids = random_ids(1, 8, seed=11)
+    torch.testing.assert_close(loaded(ids).logits, model(ids).logits, rtol=0, atol=0)
+    # No rope_parameters given: plain RoPE, in transformers' format.
+    assert tiny_model_config(position_embedding_type="rope").rope_parameters == {
+        "rope_type": "default",
+        "rope_theta": 10000.0,
+    }
+
+
+def test_transformers_rope_standardisation_still_runs_for_rotary_configs():
+    """PreTrainedConfig.__post_init__ standardises rope_parameters when the attribute exists: legacy
+    keys move in, `type` becomes `rope_type`, and YaRN gets its original context."""
+    legacy = tiny_model_config(
+        position_embedding_type="rope", rope_scaling={"type": "linear", "factor": 2.0}, rope_theta=500.0
+    )
+    assert legacy.rope_parameters == {
+        "type": "linear",
+        "rope_type": "linear",
+        "factor": 2.0,
+        "rope_theta": 500.0,
+    }
+    yarn = tiny_model_config(
+        position_embedding_type="rope", rope_parameters={"rope_type": "yarn", "factor": 2.0}
+    )
+    assert yarn.rope_parameters["original_max_position_embeddings"] == yarn.max_position_embeddings
 
 
 def test_a_config_saved_with_rope_theta_loads_into_rope_parameters(tmp_path):

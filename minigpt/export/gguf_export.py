@@ -61,12 +61,6 @@ def gguf_architecture(config: MiniGPTConfig) -> str:
 
     Raises `ExportError` with one line naming the first option no llama.cpp graph computes.
     """
-    if config.final_logit_softcapping is not None:
-        raise _refuse(
-            "final_logit_softcapping",
-            config.final_logit_softcapping,
-            "llama.cpp caps logits only in its gemma2 graph, which differs otherwise",
-        )
     rope = config.position_embedding_type == "rope"
     if not rope:
         if config.norm_type != "layernorm":
@@ -107,7 +101,7 @@ def gguf_architecture(config: MiniGPTConfig) -> str:
             f"llama.cpp's {arch} graph computes the tanh-approximated GELU only ({', '.join(TANH_GELU)})",
         )
     if rope:
-        rope_type = (config.rope_parameters or {}).get("rope_type", "default")
+        rope_type = config.rope_parameters["rope_type"]  # a rotary config always has both keys
         if rope_type not in ("default", "linear"):
             raise _refuse(
                 "rope_parameters['rope_type']",
@@ -171,8 +165,8 @@ def _add_hyperparameters(writer: gguf.GGUFWriter, config: MiniGPTConfig, arch: s
     writer.add_key_length(config.head_dim)
     writer.add_value_length(config.head_dim)
     writer.add_rope_dimension_count(config.head_dim)  # the whole head rotates
-    rope = config.rope_parameters or {}
-    writer.add_rope_freq_base(float(rope.get("rope_theta", 10000.0)))
+    rope = config.rope_parameters  # arch is a rotary one here: rope_type and rope_theta are filled in
+    writer.add_rope_freq_base(float(rope["rope_theta"]))
     if rope.get("rope_type") == "linear":
         # transformers divides the inverse frequencies by `factor`; llama.cpp multiplies the positions
         # by freq_scale = 1 / rope.scaling.factor: the same angles.

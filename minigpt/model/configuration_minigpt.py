@@ -7,6 +7,9 @@ settings live in `GenerationConfig`. This file imports nothing from the `minigpt
 
 from __future__ import annotations
 
+import copy
+from typing import Any
+
 from transformers import PretrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.utils.versions import require_version
@@ -17,8 +20,20 @@ require_version("transformers>=5.24", "MiniGPT's model code uses the cache and o
 POSITION_EMBEDDING_TYPES = ("learned", "rope")
 NORM_TYPES = ("layernorm", "rmsnorm")
 MLP_TYPES = ("standard", "gated")
-RESIDUAL_INITS = ("scaled", "zero")
 ROPE_TYPES = ("default", *ROPE_INIT_FUNCTIONS)  # "default" is plain RoPE; the others scale it (Llama's set)
+# rope_parameters of a rotary config that gives none (transformers' defaults: unscaled, base 10000)
+PLAIN_ROPE = {"rope_type": "default", "rope_theta": 10000.0}
+# Options older configs saved and the model no longer has: (the one value it still implements, what
+# any other value would mean). A config.json carrying that value loads (the key is dropped); any other
+# value raises rather than build a model that silently differs from the one the config describes.
+RETIRED_OPTIONS = {
+    "residual_init": (
+        "scaled",
+        "output projections are initialised GPT-2's way only ('scaled'); trained weights do not depend on "
+        "it, so to load them delete the key from config.json",
+    ),
+    "final_logit_softcapping": (None, "MiniGPT no longer soft-caps logits, so it would compute other logits"),
+}
 
 
 def default_intermediate_size(hidden_size: int, mlp_type: str) -> int:
@@ -53,10 +68,12 @@ class MiniGPTConfig(PretrainedConfig):
     # run (extrapolation, or the extension `rope_parameters` scaling gives), as in Llama.
     max_position_embeddings: int = 256
     position_embedding_type: str = "learned"  # "learned" (GPT-2) or "rope" (rotary, RoFormer)
-    # Rotary settings when position_embedding_type == "rope", in transformers' format: {"rope_type":
-    # "default" | "linear" | "dynamic" | "yarn" | ..., "rope_theta": base frequency, "factor": ...}.
-    # None means plain RoPE with rope_theta 10000; an old config's top-level `rope_theta` moves in here.
-    rope_parameters: dict | None = None
+    # rope_parameters (a keyword, not a field): the rotary settings, in transformers' format
+    # {"rope_type": "default" | "linear" | "dynamic" | "yarn" | ..., "rope_theta": base frequency,
+    # "factor": ...}. Only a rotary config has the attribute (PLAIN_ROPE when none is given; an old
+    # config's top-level `rope_theta` moves in): transformers' rope code asks `hasattr(config,
+    # "rope_parameters")` to tell a rotary model, so a field, which every instance would have, would
+    # make a learned-position model look rotary to it. See __post_init__.
     hidden_act: str = "gelu_pytorch_tanh"  # MLP activation, any name in transformers' ACT2FN
     # "standard": act(x W_fc) W_proj (GPT-2); "gated": (act(x W_gate) * x W_up) W_proj, SwiGLU with
     # hidden_act "silu" (Shazeer 2020, as in Llama), GeGLU with "gelu".
@@ -67,13 +84,9 @@ class MiniGPTConfig(PretrainedConfig):
     attention_dropout: float = 0.0  # dropout on attention probabilities
     bias: bool = True  # biases in linear layers and layer norms (False is faster, as in nanoGPT)
     layer_norm_epsilon: float = 1e-5  # epsilon of every norm (LayerNorm, RMSNorm, QK-norm)
-    initializer_range: float = 0.02  # std of the normal init of matrices and embeddings (GPT-2)
-    # Init of the attention and MLP output projections: "scaled", normal(0, initializer_range /
-    # sqrt(2 * layers)) as GPT-2; "zero", so every block starts as the identity (modded-nanogpt).
-    residual_init: str = "scaled"
-    # tanh soft-capping of the output logits, cap * tanh(logits / cap) (Gemma 2); None: off. No stock
-    # transformers architecture but Gemma 2 has it, so a model with it does not export.
-    final_logit_softcapping: float | None = None
+    # std of the normal init of matrices and embeddings (GPT-2); the attention and MLP output
+    # projections get initializer_range / sqrt(2 * num_hidden_layers), as GPT-2's.
+    initializer_range: float = 0.02
     tie_word_embeddings: bool = True  # share the input embedding with the output head
     use_cache: bool = True  # return a KV cache from forward when generating
     bos_token_id: int | None = None  # beginning-of-sequence token (None: no BOS)
@@ -83,6 +96,15 @@ class MiniGPTConfig(PretrainedConfig):
     def __post_init__(self, **kwargs):
         if self.intermediate_size is None:
             self.intermediate_size = default_intermediate_size(self.hidden_size, self.mlp_type)
+        drop_retired_options(kwargs)
+        rope_parameters = kwargs.pop("rope_parameters", None)
+        if self.position_embedding_type == "rope":
+            # Set before transformers' __post_init__, which then standardises it in place (rope_type and
+            # rope_theta filled in, a legacy top-level rope_theta or rope_scaling moved in): a copy, so
+            # the caller's dict is not changed.
+            self.rope_parameters = copy.deepcopy(rope_parameters)
+        else:
+            drop_plain_rope_settings(rope_parameters, kwargs)
         super().__post_init__(**kwargs)
         self.validate_architecture()
 
@@ -125,13 +147,6 @@ class MiniGPTConfig(PretrainedConfig):
             raise ValueError(f"MiniGPTConfig.norm_type must be one of {NORM_TYPES}, got {self.norm_type!r}")
         if self.mlp_type not in MLP_TYPES:
             raise ValueError(f"MiniGPTConfig.mlp_type must be one of {MLP_TYPES}, got {self.mlp_type!r}")
-        if self.residual_init not in RESIDUAL_INITS:
-            raise ValueError(
-                f"MiniGPTConfig.residual_init must be one of {RESIDUAL_INITS}, got {self.residual_init!r}"
-            )
-        cap = self.final_logit_softcapping
-        if cap is not None and (not isinstance(cap, int | float) or cap <= 0):
-            raise ValueError(f"MiniGPTConfig.final_logit_softcapping must be positive or None, got {cap!r}")
         if not isinstance(self.qk_norm, bool):
             raise ValueError(f"MiniGPTConfig.qk_norm must be true or false, got {self.qk_norm!r}")
         if self.layer_norm_epsilon <= 0:
@@ -148,7 +163,7 @@ class MiniGPTConfig(PretrainedConfig):
         """Raise ValueError naming rope_parameters when rotary positions cannot be built from it."""
         if self.position_embedding_type != "rope":
             return
-        rope = self.rope_parameters or {}
+        rope = self.rope_parameters
         if rope.get("rope_type") not in ROPE_TYPES:
             raise ValueError(
                 f"MiniGPTConfig.rope_parameters['rope_type'] must be one of {ROPE_TYPES}, got {rope.get('rope_type')!r}"
@@ -162,4 +177,28 @@ class MiniGPTConfig(PretrainedConfig):
             raise ValueError(f"MiniGPTConfig.rope_parameters: {err.args[0]}") from None
 
 
-__all__ = ["MLP_TYPES", "NORM_TYPES", "RESIDUAL_INITS", "MiniGPTConfig", "default_intermediate_size"]
+def drop_retired_options(kwargs: dict[str, Any]) -> None:
+    """Remove RETIRED_OPTIONS keys from a config's keyword arguments, or raise ValueError naming the
+    key when it holds a value the model no longer computes."""
+    for name, (kept_value, meaning) in RETIRED_OPTIONS.items():
+        value = kwargs.pop(name, kept_value)
+        if value != kept_value:
+            raise ValueError(f"MiniGPTConfig.{name}={value!r} is no longer supported: {meaning}")
+
+
+def drop_plain_rope_settings(rope_parameters: dict | None, kwargs: dict[str, Any]) -> None:
+    """For a learned-position config: remove the rotary settings configs used to save for every model
+    (rope_parameters, or a top-level rope_theta / rope_scaling, all plain RoPE's defaults), so the
+    config has none; raise ValueError when they ask for anything else, which only rotary positions do."""
+    legacy_scaling, legacy_theta = kwargs.pop("rope_scaling", None), kwargs.pop("rope_theta", None)
+    given = dict(rope_parameters or legacy_scaling or {})
+    if legacy_theta is not None:
+        given.setdefault("rope_theta", legacy_theta)
+    if {**PLAIN_ROPE, **given} != PLAIN_ROPE:
+        raise ValueError(
+            f"MiniGPTConfig.rope_parameters applies to position_embedding_type='rope' only, got {given!r} "
+            "with learned positions"
+        )
+
+
+__all__ = ["MLP_TYPES", "NORM_TYPES", "PLAIN_ROPE", "MiniGPTConfig", "default_intermediate_size"]

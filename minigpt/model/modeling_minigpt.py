@@ -7,6 +7,8 @@ QKV projection, and as options the pieces of Llama-style models: rotary position
 Hidden states and attention weights are collected by transformers' output-capturing hooks
 (`_can_record_outputs`), rotary tables come from `rope_parameters` through transformers' rope
 functions, and nothing branches in Python on a tensor value, so a static cache compiles whole.
+Every layer is torch's own (`nn.Linear`, `nn.Dropout`, `nn.LayerNorm`, Llama's RMSNorm formula in
+eager autograd), so a model is the same function on every device.
 
 This file imports only torch, transformers and its sibling `configuration_minigpt.py` (relative
 import), so `save_pretrained` can ship both as remote code.
@@ -132,91 +134,17 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -
 
 
 def dropout_or_identity(p: float) -> nn.Module:
-    """`MiniGPTDropout(p)`, or an identity when p is 0: a zero dropout still costs a call per use,
+    """`nn.Dropout(p)`, or an identity when p is 0: a zero dropout still costs a call per use,
     which is 5% of a decoding step at batch 1 at hidden 128."""
-    return MiniGPTDropout(p) if p > 0 else nn.Identity()
-
-
-class _CPUDropout(torch.autograd.Function):
-    """Dropout whose keep mask costs a quarter of a random draw per element.
-
-    torch's CPU dropout draws one Bernoulli sample per element from the Mersenne Twister, one
-    thread: at hidden 128 those draws were 6% of a training step. Here each 64-bit draw gives four
-    16-bit uniforms, and an element is kept where its uniform is at or above p (p rounded to
-    1/65536, the kept ones scaled by 1 / (1 - that p), so the expectation is kept exactly): on a
-    (12, 64, 128) fp32 tensor, 2 threads, the forward took 205 us against 527, forward and backward
-    490 against 610-660. Draws come from torch's default generator, so seeding and the Trainer's
-    saved RNG state reproduce them.
-    """
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, p: float) -> torch.Tensor:
-        drop_levels = round(p * 65536)  # of the 65536 levels of an int16, these many are dropped
-        words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64, device=x.device)
-        words.random_(-(2**63), None)  # full 64-bit range: four uniform int16s per word
-        keep = (words.view(torch.int16)[: x.numel()] >= drop_levels - 32768).view(x.shape)
-        ctx.scale = 65536 / (65536 - drop_levels)
-        ctx.save_for_backward(keep)
-        return torch.where(keep, x * ctx.scale, 0.0)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        (keep,) = ctx.saved_tensors
-        return torch.where(keep, grad * ctx.scale, 0.0), None
-
-
-class MiniGPTDropout(nn.Dropout):
-    """`nn.Dropout` (same module, same state dict, same `p`), with the cheaper mask of `_CPUDropout`
-    for CPU tensors in training; torch's own kernel elsewhere (fused on GPUs) and under compile."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training or self.p == 0:
-            return x
-        if x.device.type != "cpu" or self.p > 0.999 or torch.compiler.is_compiling():  # p ~ 1: no 1/(1-p)
-            return super().forward(x)
-        return _CPUDropout.apply(x, self.p)
-
-
-def rms_normalize(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(x / rms(x), 1 / rms(x)) in fp32 whatever x's dtype, as Llama's RMSNorm computes them:
-    (..., C) and (..., 1)."""
-    x32 = x.to(torch.float32)
-    rsqrt = torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-    return x32 * rsqrt, rsqrt
-
-
-class _RMSNormFunction(torch.autograd.Function):
-    """`MiniGPTRMSNorm`'s forward, with its backward written out: 14 aten calls against autograd's
-    22 for the eager formula (at hidden 128 on a CPU each costs more in dispatch than in
-    arithmetic; 17 norms a step in the default block). Forward and backward of a (12, 64, 128)
-    fp32 input, 2 threads: 226-308 us against 264-459.
-
-    Forward (x in any dtype, math in fp32): y = x r with r = rsqrt(mean(x^2) + eps), out = w y.
-    Backward: dw = sum(g y), dx = r (g w - y mean(g w y)).
-    """
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        normed, rsqrt = rms_normalize(x, eps)
-        ctx.save_for_backward(normed, rsqrt, weight)
-        ctx.input_dtype = x.dtype
-        return weight * normed.to(x.dtype)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
-        normed, rsqrt, weight = ctx.saved_tensors
-        grad_weight = (grad * normed.to(ctx.input_dtype)).flatten(0, -2).sum(0).to(weight.dtype)
-        grad_normed = (grad * weight).to(torch.float32)  # (..., C)
-        projection = (grad_normed * normed).mean(-1, keepdim=True)  # (..., 1)
-        grad_x = torch.addcmul(grad_normed, normed, projection, value=-1.0).mul_(rsqrt)
-        return grad_x.to(ctx.input_dtype), grad_weight, None
+    return nn.Dropout(p) if p > 0 else nn.Identity()
 
 
 class MiniGPTRMSNorm(nn.Module):
     """Root-mean-square norm (Zhang & Sennrich 2019): x / rms(x) * weight, no mean, no bias.
 
-    Computed in fp32 and cast back, as Llama's, so bf16 activations normalise stably and the result
-    equals `LlamaRMSNorm`'s.
+    Llama's formula, op for op: the statistics in fp32 whatever x's dtype, so bf16 activations
+    normalise stably, then cast back before the weight, so the result (and its autograd backward)
+    equals `LlamaRMSNorm`'s and `Qwen3RMSNorm`'s bit for bit and a model exports exactly.
     """
 
     def __init__(self, hidden_size: int, eps: float):
@@ -225,10 +153,11 @@ class MiniGPTRMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:  # (..., C) -> (..., C)
-        if torch.is_grad_enabled() and not torch.compiler.is_compiling():  # training: the same numbers
-            return _RMSNormFunction.apply(hidden_states, self.weight, self.eps)  # with a cheaper backward
-        normed, _ = rms_normalize(hidden_states, self.eps)
-        return self.weight * normed.to(hidden_states.dtype)
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)  # (..., 1)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.eps)
+        return self.weight * hidden_states.to(input_dtype)
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, eps={self.eps}"
@@ -377,15 +306,10 @@ class MiniGPTPreTrainedModel(PreTrainedModel):
         if isinstance(module, MiniGPTRMSNorm):
             init.ones_(module.weight)
         elif isinstance(module, nn.Linear) and getattr(module, "is_residual_projection", False):
-            if self.config.residual_init == "zero":
-                # Every block starts as the identity; the projections still get gradient, since the
-                # branch's input (attention output, MLP activations) is nonzero.
-                init.zeros_(module.weight)
-            else:
-                # GPT-2: scale the residual projections by 1/sqrt(2 * n_layer) so the residual
-                # stream's variance does not grow with depth (two residual branches per block).
-                std = self.config.initializer_range / math.sqrt(2 * self.config.num_hidden_layers)
-                init.normal_(module.weight, mean=0.0, std=std)
+            # GPT-2: scale the residual projections by 1/sqrt(2 * n_layer) so the residual
+            # stream's variance does not grow with depth (two residual branches per block).
+            std = self.config.initializer_range / math.sqrt(2 * self.config.num_hidden_layers)
+            init.normal_(module.weight, mean=0.0, std=std)
             if module.bias is not None:
                 init.zeros_(module.bias)
         else:
@@ -563,9 +487,6 @@ class MiniGPTForCausalLM(MiniGPTPreTrainedModel, GenerationMixin):
         elif isinstance(logits_to_keep, torch.Tensor):
             hidden_states = hidden_states[:, logits_to_keep, :]
         logits = self.lm_head(hidden_states)  # (B, T', V)
-        cap = self.config.final_logit_softcapping
-        if cap is not None:  # Gemma 2: bounded logits, |logit| < cap
-            logits = cap * torch.tanh(logits / cap)
 
         loss = None
         if labels is not None:

@@ -148,8 +148,9 @@ def may_change(base: MiniGPTConfig) -> tuple[str, ...]:
 
 
 def base_architecture(config: MiniGPTConfig) -> dict[str, Any]:
-    """The `model:` section's architecture keys as `config` has them."""
-    return {key: getattr(config, key) for key in ModelSettings().architecture()}
+    """The `model:` section's architecture keys as `config` has them (a learned-position config has no
+    rope_parameters: None)."""
+    return {key: getattr(config, key, None) for key in ModelSettings().architecture()}
 
 
 def adopt_base_architecture(
@@ -165,7 +166,7 @@ def adopt_base_architecture(
     written = {
         key: value for key, value in run.model.architecture().items() if f"model.{key}" in run.explicit_keys
     }
-    if isinstance(written.get("rope_parameters"), Mapping) and base.rope_parameters:
+    if isinstance(written.get("rope_parameters"), Mapping) and getattr(base, "rope_parameters", None):
         # rope scaling keeps the base's frequencies unless the config names its own rope_theta
         written["rope_parameters"] = {
             "rope_theta": base.rope_parameters.get("rope_theta"),
@@ -177,7 +178,7 @@ def adopt_base_architecture(
         raise ConfigError(str(err).replace("MiniGPTConfig.", "model.")) from None
     allowed = may_change(base)
     for key in written:
-        mine, theirs = getattr(candidate, key), getattr(base, key)
+        mine, theirs = getattr(candidate, key, None), getattr(base, key, None)
         if mine == theirs:
             continue
         if key not in allowed:

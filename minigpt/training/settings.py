@@ -33,7 +33,6 @@ MANAGED_MODEL_FIELDS = {
 POSITION_EMBEDDING_TYPES = ("learned", "rope")  # as in MiniGPTConfig
 NORM_TYPES = ("layernorm", "rmsnorm")  # as in MiniGPTConfig
 MLP_TYPES = ("standard", "gated")  # as in MiniGPTConfig
-RESIDUAL_INITS = ("scaled", "zero")  # as in MiniGPTConfig
 # `model:` keys that say where the weights start from, not what the architecture is (the other
 # keys mirror MiniGPTConfig). With `init_from` set, the architecture comes from the base model.
 INIT_KEYS = ("init_from", "init_revision", "init_hub_dir")
@@ -83,7 +82,8 @@ class ModelSettings:
     max_position_embeddings: int = 256  # longest sequence (prompt + generated) the model accepts
     position_embedding_type: str = "learned"  # "learned" (GPT-2) or "rope" (rotary, RoFormer)
     # Rotary settings for "rope", in transformers' format ({rope_type: linear, factor: 4.0, rope_theta:
-    # ...}); null is plain RoPE with rope_theta 10000. Checked in full when the model is built.
+    # ...}); null is plain RoPE with rope_theta 10000. Checked in full when the model is built (learned
+    # positions take none). MiniGPTConfig takes it as a keyword, and only a rotary config keeps it.
     rope_parameters: dict | None = None
     hidden_act: str = "gelu_pytorch_tanh"  # MLP activation, any name in transformers' ACT2FN
     mlp_type: str = "standard"  # "standard" (GPT-2) or "gated": SwiGLU with hidden_act silu (Llama)
@@ -94,8 +94,6 @@ class ModelSettings:
     bias: bool = True  # biases in linear layers and layer norms (False is faster, as in nanoGPT)
     layer_norm_epsilon: float = 1e-5  # epsilon of every norm (LayerNorm, RMSNorm, QK-norm)
     initializer_range: float = 0.02  # std of the normal init of matrices and embeddings (GPT-2)
-    residual_init: str = "scaled"  # output projections: "scaled" (GPT-2's 1/sqrt(2L)) or "zero"
-    final_logit_softcapping: float | None = None  # cap * tanh(logits / cap) (Gemma 2); opt-in: no export
     tie_word_embeddings: bool = True  # share the input embedding with the output head
 
     def architecture(self) -> dict[str, Any]:
@@ -130,14 +128,6 @@ class ModelSettings:
         )
         require_choice(self.norm_type, NORM_TYPES, "model.norm_type")
         require_choice(self.mlp_type, MLP_TYPES, "model.mlp_type")
-        require_choice(self.residual_init, RESIDUAL_INITS, "model.residual_init")
-        if self.final_logit_softcapping is not None:
-            require(
-                self.final_logit_softcapping > 0,
-                "model.final_logit_softcapping",
-                "must be positive or null",
-                self.final_logit_softcapping,
-            )
         if self.position_embedding_type == "rope":
             head_dim = self.hidden_size // self.num_attention_heads
             require(

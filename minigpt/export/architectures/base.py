@@ -24,8 +24,6 @@ from ...model.configuration_minigpt import MiniGPTConfig
 from ..errors import ExportError
 
 Weights = dict[str, torch.Tensor]
-# Options no stock family has: (MiniGPTConfig field, the value every family needs, why).
-COMMON_REQUIREMENTS = [("final_logit_softcapping", None, "only Gemma 2 caps logits, and Gemma 2 differs otherwise")]
 
 
 class StockArchitecture(ABC):
@@ -42,8 +40,7 @@ class StockArchitecture(ABC):
         return f"{option}={getattr(config, option)!r}: {reason}"
 
     def unmet_requirements(self, config: MiniGPTConfig) -> list[tuple[str, Any, str]]:
-        required = [*self.requirements(config), *COMMON_REQUIREMENTS]
-        return [(o, value, why) for o, value, why in required if getattr(config, o) != value]
+        return [(o, value, why) for o, value, why in self.requirements(config) if getattr(config, o) != value]
 
     @abstractmethod
     def requirements(self, config: MiniGPTConfig) -> list[tuple[str, Any, str]]:
