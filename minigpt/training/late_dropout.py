@@ -6,8 +6,8 @@ made E passes over its training split, then at the rate the model was built with
 against overfitting, which begins once the data repeats ("late dropout", Liu et al. 2023, "Dropout
 Reduces Underfitting"). The epoch is the Trainer's `state.epoch`, a function of the step, so a
 resumed run switches at the same step, and a run that never repeats its data never drops out.
-A module at p = 0 costs no random draws (`MiniGPTDropout` returns its input), so the steps before
-the switch are also a little cheaper.
+A module at p = 0 costs no random draws (torch's dropout returns its input), so the steps before
+the switch are also a little cheaper, and their losses are those of a model built without dropout.
 """
 
 from __future__ import annotations
