@@ -117,8 +117,8 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict:
     from minigpt.benchmarks.machine import describe_machine, load_average
     from minigpt.benchmarks.quality import compare_quality
     from minigpt.benchmarks.training_speed import CONTENDERS, TrainingBenchmark, compare_training
+    from minigpt.training.hardware import apply_process_settings
     from minigpt.training.run_config import load_run_config
-    from minigpt.training.trainer import apply_cpu_settings
 
     training = TrainingBenchmark(
         config=args.config,
@@ -137,7 +137,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict:
         extra_overrides=list(args.set),
     )
     run = load_run_config(args.config, training.overrides())
-    apply_cpu_settings(run.hardware, choose=False)  # generation and data rows run here, with the run's CPU settings
+    apply_process_settings(run.hardware)  # generation and data rows run here, with the run's CPU settings
     results: dict = {
         "command": "python scripts/benchmark.py " + " ".join(map(str, argv_of(args))),
         "machine": describe_machine(),  # after the run's CPU settings: its torch threads

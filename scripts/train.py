@@ -13,8 +13,10 @@ import shlex
 import sys
 from pathlib import Path
 
+from minigpt.cpu_load import choose_wait_policy
 from minigpt.distributed import is_main_process, teardown_distributed
 from minigpt.errors import run_cli
+from minigpt.training.cpu_allocator import keep_freed_memory
 from minigpt.training.interrupt import StopController
 from minigpt.training.run_config import load_run_config
 
@@ -51,6 +53,13 @@ def display_path(path: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     run = load_run_config(args.config, args.overrides)  # exits 2 on any config problem, before anything heavy
+    # This process exists for the run: the choices that hold for a whole process are made here. The
+    # OpenMP wait policy before torch loads; glibc keeping freed memory, which cannot be undone.
+    note = choose_wait_policy()
+    if note is not None and is_main_process():
+        print(note, flush=True)
+    if run.hardware.keep_freed_memory:
+        keep_freed_memory()
 
     from minigpt.training.trainer import run_training  # heavy imports only once the config is known good
 

@@ -34,7 +34,7 @@ def test_benchmark_reports_every_row_with_its_spread_ratios_and_the_machine(tmp_
     assert set(training["rows"]) == {"training_path", "training_path_own_precision", "gpt2_trainer"}
     path, gpt2 = training["rows"]["training_path"], training["rows"]["gpt2_trainer"]
     own = training["rows"]["training_path_own_precision"]
-    from minigpt.training.trainer import cpu_has_fast_bf16
+    from minigpt.training.hardware import cpu_has_fast_bf16
 
     own_dtype = "bfloat16" if cpu_has_fast_bf16() else "float32"  # the config's bf16: auto on this CPU
     precisions = {"training_path": "float32", "training_path_own_precision": own_dtype, "gpt2_trainer": "float32"}

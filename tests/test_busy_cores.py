@@ -1,8 +1,10 @@
-"""Busy cores: the thread count follows the free cores, and a warning compares with an absolute
-expectation (MFU against a quiet-measured peak), not only with the run's own start."""
+"""Busy cores: one judge (`minigpt.cpu_load`) with one threshold; the thread count follows the free
+cores, OpenMP waits passively on a busy machine when a run starts, and a warning compares with an
+absolute expectation (MFU against a quiet-measured peak), not only with the run's own start."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -11,30 +13,36 @@ import pytest
 import torch
 from conftest import busy_cores
 
-from minigpt.training.busy_cores import (
-    EXPECTED_MFU,
-    BusyCoresCallback,
-    SlowdownDetector,
-    choose_threads,
-    threads_for,
-)
+from minigpt.cpu_load import BUSY_CORE_SHARE, choose_wait_policy, free_cores, sample_others_busy_cores
+from minigpt.training.busy_cores import EXPECTED_MFU, BusyCoresCallback, SlowdownDetector, choose_threads
 
 
 def test_threads_follow_the_free_cores():
-    assert threads_for(2, 0.97) == 2  # free
-    assert threads_for(2, 0.67) == 1  # one of two cores busy: 3 runnable threads on 2 cores
-    assert threads_for(2, 0.76) == 1  # the same, as the probe read it with spinning OpenMP waits
-    assert threads_for(8, 0.89) == 7  # one of eight busy
-    assert threads_for(8, 0.5) == 4
-    assert threads_for(4, 0.1) == 1
-    assert threads_for(1, 0.2) == 1
+    assert free_cores(2, 0.05) == 2  # free: a shell, a logger
+    assert free_cores(2, BUSY_CORE_SHARE) == 2  # at the threshold: still ours
+    assert free_cores(2, 0.35) == 1  # over it: a thread on that core would stall the pool
+    assert free_cores(2, 1.0) == 1  # one of two cores busy: 3 runnable threads on 2 cores
+    assert free_cores(8, 1.0) == 7  # one of eight busy
+    assert free_cores(8, 4.0) == 4
+    assert free_cores(4, 3.6) == 1
+    assert free_cores(1, 0.8) == 1
 
 
-@pytest.mark.skipif(len(__import__("os").sched_getaffinity(0)) != 2, reason="written for a 2-core machine")
+def test_others_load_is_read_without_counting_this_process():
+    assert 0.0 <= sample_others_busy_cores(0.05) < os.cpu_count()
+    from minigpt.cpu_load import others_busy_cores, read_cpu_times
+
+    start = read_cpu_times()
+    while read_cpu_times().wall - start.wall < 0.3:  # this process keeps one core busy itself
+        pass
+    assert others_busy_cores(start, read_cpu_times()) < 0.9
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) != 2, reason="written for a 2-core machine")
 def test_a_busy_core_at_the_start_gives_one_thread():
     with busy_cores(1):
-        threads, share = choose_threads(2)
-    assert threads == 1 and share < 0.8, share
+        threads, others = choose_threads(2)
+    assert threads == 1 and others > 0.6, others
 
 
 def test_the_absolute_expectation_warns_even_when_the_start_was_slow_too():
@@ -61,7 +69,7 @@ def test_the_run_keeps_the_thread_count_that_trains_faster(capsys):
         return now[0]
 
     callback = BusyCoresCallback(
-        adapt=True, max_threads=2, peak_threads=2, probe=lambda threads: 0.6, recheck_steps=50, clock=clock
+        adapt=True, max_threads=2, peak_threads=2, probe=lambda: 0.8, recheck_steps=50, clock=clock
     )
     state = SimpleNamespace(global_step=0, is_world_process_zero=True)
 
@@ -91,53 +99,44 @@ def test_the_run_keeps_the_thread_count_that_trains_faster(capsys):
     assert "1 thread(s) train faster than 2 now (150 against 1500 ms/step): training on with 1" in err
 
 
-def test_openmp_threads_wait_passively_on_a_busy_machine_unless_the_user_says_otherwise():
-    # `import minigpt` samples the CPU time in use, before torch loads OpenMP: one core kept busy
-    # on this 2-core machine is half of it.
-    code = "import os, minigpt, torch; print(os.environ.get('OMP_WAIT_POLICY'))"
-    env = {k: v for k, v in __import__("os").environ.items() if k != "OMP_WAIT_POLICY"}
-
-    def policy(env: dict) -> str:
-        return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout.strip()
-
-    cores = len(__import__("os").sched_getaffinity(0))
-    with busy_cores(cores):
-        assert policy(env) == "PASSIVE"  # busy: sleeping waiters leave the cores to the work
-        assert policy(dict(env, OMP_WAIT_POLICY="ACTIVE")) == "ACTIVE"  # the user's own wins
-    from minigpt import _cpu_busy_fraction
-
-    assert 0.0 <= _cpu_busy_fraction() <= 1.0
+def test_openmp_threads_wait_passively_on_a_busy_machine_unless_the_user_says_otherwise(monkeypatch):
+    monkeypatch.delitem(sys.modules, "torch")  # as at a script's start, before torch loads
+    environ: dict[str, str] = {}
+    assert choose_wait_policy(environ, sample=lambda: 0.1) is None and environ == {}  # free cores: spin
+    said = choose_wait_policy(environ, sample=lambda: 1.0)
+    assert environ == {"OMP_WAIT_POLICY": "PASSIVE"} and "1.0 core(s)" in said
+    users = {"OMP_WAIT_POLICY": "ACTIVE"}
+    assert choose_wait_policy(users, sample=lambda: 1.0) is None and users == {"OMP_WAIT_POLICY": "ACTIVE"}
 
 
-def test_a_child_process_decides_its_wait_policy_again_unless_the_user_set_it():
-    """A policy a parent's `import minigpt` set is the parent's decision, not the user's: a child
-    (the benchmark's default run, a launched worker) samples its own load instead."""
-    from minigpt import OWN_WAIT_POLICY_MARK, _drop_inherited_wait_policy
+def test_nothing_is_chosen_once_torch_is_loaded():
+    environ: dict[str, str] = {}
+    assert "torch" in sys.modules  # this test module imported it: OpenMP has read its settings
+    assert choose_wait_policy(environ, sample=lambda: 2.0) is None and environ == {}
 
-    inherited = {"OMP_WAIT_POLICY": "PASSIVE", OWN_WAIT_POLICY_MARK: "PASSIVE", "PATH": "/bin"}
-    _drop_inherited_wait_policy(inherited)
-    assert inherited == {"PATH": "/bin"}  # decided again at this import
-    changed = {"OMP_WAIT_POLICY": "ACTIVE", OWN_WAIT_POLICY_MARK: "PASSIVE"}  # the user overrode it since
-    _drop_inherited_wait_policy(changed)
-    assert changed == {"OMP_WAIT_POLICY": "ACTIVE"}
-    users = {"OMP_WAIT_POLICY": "PASSIVE"}  # no mark: the user's own
-    _drop_inherited_wait_policy(users)
-    assert users == {"OMP_WAIT_POLICY": "PASSIVE"}
 
-    # And in a real child: the parent's PASSIVE and its mark come in, a busy machine sets both again.
-    code = f"import os, minigpt; print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('{OWN_WAIT_POLICY_MARK}'))"
-    env = dict(__import__("os").environ, OMP_WAIT_POLICY="ACTIVE", **{OWN_WAIT_POLICY_MARK: "ACTIVE"})
-    with busy_cores(len(__import__("os").sched_getaffinity(0))):
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout
-    assert out.split() == ["PASSIVE", "PASSIVE"]  # "ACTIVE" was marked as the package's, so not kept
+def test_the_train_script_waits_passively_on_a_busy_machine(subprocess_env, tmp_path):
+    """A real start, with a spinner on every core: a tiny run of two steps says it chose passive waits."""
+    from conftest import REPO_ROOT, small_run_overrides, write_small_corpus
+
+    overrides = small_run_overrides(
+        tmp_path / "run", write_small_corpus(tmp_path), "training.max_steps=2", "training.warmup_steps=1"
+    )
+    env = {k: v for k, v in subprocess_env.items() if k != "OMP_WAIT_POLICY"}
+    command = [sys.executable, str(REPO_ROOT / "scripts" / "train.py"), "configs/smoke.yaml", *overrides]
+    with busy_cores(len(os.sched_getaffinity(0))):
+        result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "OpenMP threads wait passively (OMP_WAIT_POLICY=PASSIVE" in result.stdout
 
 
 STEPS_CODE = """
 import sys, time, statistics, torch
 from minigpt import MiniGPTConfig, MiniGPTForCausalLM
 from minigpt.training.settings import HardwareSettings
-from minigpt.training.trainer import apply_cpu_settings
-apply_cpu_settings(HardwareSettings(torch_num_threads=int(sys.argv[1]) or None), say=False)
+from minigpt.training.hardware import cpu_run_settings
+settings = cpu_run_settings(HardwareSettings(use_cpu=True, torch_num_threads=int(sys.argv[1]) or None), say=False)
+settings.__enter__()
 torch.manual_seed(0)
 config = MiniGPTConfig(vocab_size=2048, hidden_size=128, num_hidden_layers=4, num_attention_heads=4,
                        max_position_embeddings=64, position_embedding_type="rope", bias=False)

@@ -18,18 +18,19 @@ STAGE_RANK = {
     "minigpt.errors": 0,
     "minigpt.atomic": 0,
     "minigpt.distributed": 0,
+    "minigpt.cpu_load": 0,
     "minigpt.progress": 0,
     "minigpt.run_layout": 0,
     "minigpt.model": 1,
     "minigpt.data": 2,
     "minigpt.export": 3,  # stock architectures and GGUF, in and out: imports the model and data stages
     "minigpt.hub": 4,  # store, loading by id or folder, publishing (publishes the stock form): below training
-    "minigpt.training": 5,  # starts from trained, published or stock models
-    "minigpt.generation": 6,
-    "minigpt.evaluation": 6,
-    "minigpt.metrics": 6,
-    "minigpt.app": 7,  # the web app: runs training, loads and generates
-    "minigpt.benchmarks": 7,
+    "minigpt.generation": 5,  # sampling from any model: what training's samples use too
+    "minigpt.training": 6,  # starts from trained, published or stock models
+    "minigpt.evaluation": 7,
+    "minigpt.metrics": 7,
+    "minigpt.app": 8,  # the web app: runs training, loads and generates
+    "minigpt.benchmarks": 8,
 }
 
 
@@ -146,7 +147,7 @@ def test_remote_code_pair_imports_only_torch_transformers_and_each_other():
                 roots |= {a.name.split(".")[0] for a in node.names}
             elif isinstance(node, ast.ImportFrom):
                 roots.add("." + (node.module or "") if node.level else node.module.split(".")[0])
-        allowed = {"__future__", "math", "collections", "typing", "dataclasses", "torch", "transformers"}
+        allowed = {"__future__", "copy", "math", "collections", "typing", "dataclasses", "torch", "transformers"}
         assert roots - allowed <= {".configuration_minigpt"}, filename
 
 
@@ -270,3 +271,33 @@ def test_generate_script_lists_the_decodings_of_the_package():
     from minigpt.generation import DECODINGS
 
     assert runpy.run_path(str(REPO / "scripts" / "generate.py"))["DECODINGS"] == DECODINGS
+
+
+IMPORT_EFFECTS = """
+import os, sys, time
+environ, modules, started = dict(os.environ), set(sys.modules), time.perf_counter()
+import minigpt
+took = time.perf_counter() - started
+heavy = sorted(m for m in set(sys.modules) - modules if m.split(".")[0] in ("torch", "transformers", "datasets", "numpy"))
+print(took, dict(os.environ) == environ, heavy)
+"""
+
+
+def test_importing_minigpt_has_no_side_effects():
+    """`import minigpt` imports nothing heavy, sleeps nowhere and leaves the environment as it was
+    (it once sampled /proc/stat for 0.1 s and set OMP_WAIT_POLICY for the whole process), on a busy
+    machine too."""
+    from conftest import busy_cores
+
+    with busy_cores(1):
+        out = subprocess.run(
+            [sys.executable, "-c", IMPORT_EFFECTS], capture_output=True, text=True, timeout=60, check=True, cwd=REPO
+        ).stdout.split(maxsplit=2)
+    took, environ_unchanged, heavy = float(out[0]), out[1], out[2].strip()
+    assert environ_unchanged == "True" and heavy == "[]"
+    assert took < 0.05, took  # no sleep: a few milliseconds of imports
+    importtime = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import minigpt"],
+        capture_output=True, text=True, timeout=60, check=True, cwd=REPO,
+    ).stderr
+    assert "minigpt" in importtime and " torch" not in importtime

@@ -88,7 +88,7 @@ def gpt2_at_budget(run: RunConfig, seconds: float, recipe: GPT2Recipe | None = N
     import datasets
     from transformers import AutoModelForCausalLM, Trainer, default_data_collator, set_seed
 
-    from ..training.trainer import resolve_hardware
+    from ..training.hardware import resolve_hardware
     from .contenders import block_array, load_blocks
     from .gpt2_twin import gpt2_twin_config
 

@@ -1,7 +1,8 @@
 """One benchmark contender in its own process: `python -m minigpt.benchmarks.worker SPEC`.
 
-SPEC is JSON: {"contender", "config", "overrides", "warmup_steps"}. The worker applies the run's
-CPU settings first (threads, denormal flushing, the allocator's thresholds), builds the contender, warms it up, answers
+SPEC is JSON: {"contender", "config", "overrides", "warmup_steps"}. The worker chooses the OpenMP wait
+policy as `scripts/train.py` does (before torch loads), applies the run's CPU settings (threads,
+denormal flushing, the allocator's thresholds), builds the contender, warms it up, answers
 {"ready": true, "omp_wait_policy", "precision"}, then for each line {"steps": N} on stdin trains N steps and answers
 {"wall": s, "cpu": s} on stdout. Everything the training itself prints goes to stderr (the
 parent's log file), never into the answers.
@@ -19,14 +20,18 @@ import os
 import sys
 import time
 
+from ..cpu_load import choose_wait_policy
+
 
 def main(argv: list[str]) -> int:
     spec = json.loads(argv[0])
     answers = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # progress bars and log lines of the training go to the log, not the answers
 
+    choose_wait_policy()  # before torch loads OpenMP, as a training run's start does
+
+    from ..training.hardware import apply_process_settings, training_dtype
     from ..training.run_config import load_run_config
-    from ..training.trainer import apply_cpu_settings, training_dtype
     from .contenders import build_contender
     from .quality import gpt2_at_budget
     from .training_speed import GPT2_CPU_SETTINGS, GPT2_STOCK, OWN_PRECISION
@@ -41,13 +46,13 @@ def main(argv: list[str]) -> int:
         run, contender = dataclasses.replace(run, hardware=hardware), GPT2_STOCK
     if contender == OWN_PRECISION:  # the training path; its overrides left the config's precision
         contender = "training_path"
-    apply_cpu_settings(run.hardware, choose=False)
+    apply_process_settings(run.hardware)
     if contender == "gpt2_quality":  # one run at a wall-clock budget, then its evaluation
         answers.write(json.dumps(gpt2_at_budget(run, spec["seconds"])) + "\n")
         return 0
     train = build_contender(contender, run)
     train(spec["warmup_steps"])  # first-call costs (lazy imports, allocator) out of the timed runs
-    policy = os.environ.get("OMP_WAIT_POLICY", "default")  # as `import minigpt` left it
+    policy = os.environ.get("OMP_WAIT_POLICY", "default")  # as choose_wait_policy left it
     # A stock Trainer never autocasts, whatever the run config says; the others run as it resolves.
     dtype = "torch.float32" if contender == GPT2_STOCK else str(training_dtype(run.hardware))
     precision = dtype.removeprefix("torch.")

@@ -1,19 +1,17 @@
 """Training on cores other jobs also use: pick the thread count that works, re-check it, and warn.
 
 torch's CPU thread pool stalls badly when another process holds one of its cores: every parallel
-region waits for the thread that shares a core (measured here: a step at the reference shape took
+region waits for the thread that shares a core (measured: a step at the reference shape took
 1,613 ms with two threads while another job ran, against 85 ms idle; one thread lost 1.4x only).
-So with `hardware.torch_num_threads: null` a run first probes how much of its cores it gets
-(`cpu_share`: CPU time / (wall time x threads) of a short matmul loop) and starts with as many
-threads as there are free cores; every few hundred steps, and whenever steps get much slower,
-it tries another thread count for a few steps and keeps the faster. A warning compares each window with two
-expectations: the run's own early speed, and an absolute one, the model-FLOP share of the
-machine's matmul peak (measured on quiet cores) that a free machine gives.
+So with `hardware.torch_num_threads: null` a run starts with a thread per core other work leaves
+free (`cpu_load`, the one judge of busy cores); every few hundred steps, and whenever steps get much
+slower, it tries another thread count for a few steps and keeps the faster. A warning compares each
+window with two expectations: the run's own early speed, and an absolute one, the model-FLOP share
+of the machine's matmul peak (measured on quiet cores) that a free machine gives.
 """
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from collections.abc import Callable
@@ -21,49 +19,21 @@ from collections.abc import Callable
 import torch
 from transformers import TrainerCallback
 
+from ..cpu_load import free_cores, sample_others_busy_cores
+
 SLOWDOWN_FACTOR = 0.4  # a window below 40% of the early speed counts as stalled
 BASELINE_WINDOWS = 3  # log windows that set the early speed (the very first, with warm-up, is skipped)
-PROBE_SECONDS = 0.15  # length of one cpu_share probe
 RECHECK_STEPS = 200  # steps between two trials of another thread count
 TRIAL_STEPS = 5  # steps a trial runs, and steps its median is compared with
 EXPECTED_MFU = 0.08  # below this share of a quiet-measured peak, a CPU run is stalled, not just small
 
 
-def cpu_share(threads: int, seconds: float = PROBE_SECONDS) -> float:
-    """The share of `threads` cores this process got while `threads` torch threads did small matmuls
-    (the kind of work a training step is made of) for about `seconds`; about 1.0 on free cores."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        a, b = torch.randn(384, 384), torch.randn(384, 384)  # (384, 384): well under a millisecond
-        a @ b  # warm-up: the thread pool
-        start, cpu_start = time.perf_counter(), time.process_time()
-        while time.perf_counter() - start < seconds:
-            a @ b
-        wall, used = time.perf_counter() - start, time.process_time() - cpu_start
-    finally:
-        torch.set_num_threads(previous)
-    return min(1.0, used / (wall * threads))
-
-
-def threads_for(available: int, share: float) -> int:
-    """Threads for the free cores: all `available` when our threads got nearly all of them, else
-    about as many as they got (2 cores with one busy: 1; 8 with one busy: 7).
-
-    "Nearly all" is within 0.3 of a core: on a 2-core Zen 4 EPYC the probe read 0.98-1.0 idle, and
-    0.52-0.76 with one core busy and OpenMP's spinning waits (which count as CPU time we got)."""
-    free = available * share
-    if free >= available - 0.3:
-        return available
-    return max(1, min(available - 1, math.floor(free + 0.5)))
-
-
 def choose_threads(available: int) -> tuple[int, float]:
-    """(threads to use, the measured share of `available` cores) at the start of a run."""
+    """(threads to use, cores' worth of CPU time other processes use) at the start of a run."""
     if available <= 1:
-        return available, 1.0
-    share = cpu_share(available)
-    return threads_for(available, share), share
+        return available, 0.0
+    others = sample_others_busy_cores()
+    return free_cores(available, others), others
 
 
 class SlowdownDetector:
@@ -116,7 +86,7 @@ class BusyCoresCallback(TrainerCallback):
 
     Adapting measures, not guesses: every `recheck_steps` steps, or as soon as steps get
     SLOWDOWN_FACTOR slower than the best seen at this count, the run tries another count
-    (`threads_for` the cores a probe finds free, else the other end) for `trial_steps` steps and
+    (`free_cores` by what `probe` says other work uses, else the other end) for `trial_steps` steps and
     keeps whichever gave the faster median step. `max_threads` is what the run may use (the cores);
     `peak_threads` the thread count MFU's peak was measured with: at that count MFU is the
     absolute expectation (None: no MFU check).
@@ -128,7 +98,7 @@ class BusyCoresCallback(TrainerCallback):
         adapt: bool = False,
         max_threads: int | None = None,
         peak_threads: int | None = None,
-        probe: Callable[[int], float] = cpu_share,
+        probe: Callable[[], float] = sample_others_busy_cores,
         recheck_steps: int = RECHECK_STEPS,
         trial_steps: int = TRIAL_STEPS,
         clock: Callable[[], float] = time.perf_counter,
@@ -183,7 +153,7 @@ class BusyCoresCallback(TrainerCallback):
             self._start_trial(threads)
 
     def _start_trial(self, threads: int) -> None:
-        candidate = threads_for(self.max_threads, self.probe(self.max_threads))
+        candidate = free_cores(self.max_threads, self.probe())
         if candidate == threads:
             candidate = self.max_threads if threads < self.max_threads else max(1, threads // 2)
         self._steps_since_check = 0
@@ -217,4 +187,4 @@ def _median(values: list[float]) -> float:
     return ordered[len(ordered) // 2] if ordered else float("inf")
 
 
-__all__ = ["BusyCoresCallback", "SlowdownDetector", "choose_threads", "cpu_share", "threads_for"]
+__all__ = ["BusyCoresCallback", "SlowdownDetector", "choose_threads"]

@@ -8,7 +8,9 @@ about 4,000 faults in a step of the reference shape (4 layers, hidden 128, 12 x 
 its time. With both thresholds raised, freed blocks stay in the heap and the next step reuses them
 (25 faults a step). The cost: memory freed late in a run is returned to the OS only at exit.
 
-Process-wide, so it is set once, before the model is built; a no-op off glibc (macOS, musl).
+Process-wide and for good (glibc cannot be given its adaptive thresholds back), so only a process
+that exists for one run sets it: `scripts/train.py` at its start, a benchmark worker; never
+`run_training` called from a notebook or the web app. A no-op off glibc (macOS, musl).
 """
 
 from __future__ import annotations

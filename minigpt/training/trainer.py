@@ -54,7 +54,7 @@ from .base_model import (
     read_base_model,
     record_base_location,
 )
-from .busy_cores import BusyCoresCallback, choose_threads
+from .busy_cores import BusyCoresCallback
 from .callbacks import (
     EpochOffsetCallback,
     LogLineProgressCallback,
@@ -63,10 +63,11 @@ from .callbacks import (
     StepTimerCallback,
 )
 from .checkpoints import AtomicCheckpointTrainer, check_resume_compatible, find_resume_checkpoint
-from .cpu_allocator import keep_freed_memory
+from .hardware import cpu_run_settings, resolve_hardware, tf32_matmuls, training_dtype
 from .interrupt import StopController
 from .late_dropout import LateDropoutCallback
 from .optimizers import AUX_ADAMW, MUON, muon_with_adamw
+from .peak_flops import PeakFlops, resolve_peak_flops, store_peak_flops
 from .plotting import plot_loss_curves
 from .run_config import check_fits_model
 from .run_folder import (
@@ -87,16 +88,7 @@ from .settings import (
     effective_batch_size,
     require_choice,
 )
-from .throughput import (
-    PEAK_FLOPS_FILE,
-    ThroughputMeter,
-    cache_dir,
-    flops_per_token,
-    measure_matmul_peak,
-    peak_is_cached,
-    resolve_peak_flops,
-    store_peak_flops,
-)
+from .throughput import ThroughputMeter, flops_per_token
 from .time_budget import TimeBudgetCallback, WarmupStableDecay, planned_end
 
 EVALUATION_METRICS = ("eval_loss", "eval_perplexity", "eval_bpb")  # what the summary keeps of an evaluation
@@ -145,6 +137,7 @@ class MiniGPTTrainer(AtomicCheckpointTrainer):
         self.muon_kwargs = muon_kwargs  # torch.optim.Muon's keywords under training.optim muon, else None
         self.throughput = throughput
         self.bits_per_byte = bits_per_byte  # validation loss (nats/token) -> bits per UTF-8 byte
+        self.peak_flops: PeakFlops | None = None  # MFU's peak and its source (build_trainer sets it)
 
     def get_decay_parameter_names(self, model: nn.Module) -> list[str]:
         """Weight matrices only: no norm weights or biases (by shape, whatever their names), and no
@@ -357,69 +350,6 @@ def generation_defaults(model_config: MiniGPTConfig, training: TrainingSettings)
     )
 
 
-def apply_cpu_settings(hardware: HardwareSettings, say: bool = True, choose: bool = True) -> int | None:
-    """Thread count, denormal flushing and the allocator's thresholds, for the rest of the process.
-
-    All are process-wide from here on (torch's intra-op worker threads flush too). With
-    `torch_num_threads: null` on a CPU the run starts with a thread per free core (busy_cores);
-    returns the cores it may use then (the thread count may move during the run), else None.
-    `choose=False` keeps torch's default of a thread per core (benchmarks compare like with like).
-    """
-    if hardware.flush_denormal:
-        torch.set_flush_denormal(True)  # False where the CPU cannot (no x86 DAZ): nothing to gain there
-    if hardware.keep_freed_memory:
-        keep_freed_memory()  # False off glibc: nothing to gain there
-    if hardware.torch_num_threads is not None:
-        # Oversubscribed cores (other jobs, several processes) stall torch's thread pool badly.
-        torch.set_num_threads(hardware.torch_num_threads)
-        return None
-    if not choose or not (hardware.use_cpu or not torch.cuda.is_available()):
-        return None
-    available = torch.get_num_threads()
-    threads, share = choose_threads(available)
-    if threads != available:
-        torch.set_num_threads(threads)
-        if say:
-            print(
-                f"cores busy: this process got {share:.0%} of {available} cores, so it trains with {threads} "
-                f"thread(s) and checks again as it goes (hardware.torch_num_threads sets a fixed count)",
-                flush=True,
-            )
-    return available
-
-
-def resolve_hardware(hardware: HardwareSettings) -> HardwareSettings:
-    """The hardware section with its `auto` values decided for this machine.
-
-    bf16: on where matmuls are faster in it (a CPU with AMX-BF16, a GPU with bf16), never with
-    fp16. Attention: plain matmul attention ("eager") for bf16 on a CPU, where torch's sdpa kernel
-    is 3x slower than in fp32; sdpa everywhere else.
-    """
-    on_cpu = hardware.use_cpu or not torch.cuda.is_available()
-    bf16 = hardware.bf16
-    if bf16 == "auto":
-        bf16 = not hardware.fp16 and (cpu_has_fast_bf16() if on_cpu else torch.cuda.is_bf16_supported())
-    attention = hardware.attn_implementation
-    if attention == "auto":
-        attention = "eager" if on_cpu and bf16 else "sdpa"
-    return dataclasses.replace(hardware, bf16=bf16, attn_implementation=attention)
-
-
-def cpu_has_fast_bf16() -> bool:
-    """True on CPUs with bf16 matmul instructions, which oneDNN uses: AMX-BF16 tiles (Intel Sapphire
-    Rapids and later) or AVX512-BF16 dot products (AMD Zen 4, Intel Cooper Lake); a 1024x128x512
-    matmul ran 2.5x faster in bf16 on a Zen 4 EPYC, the default run's step 1.3x. Without them (AVX2
-    machines, Zen 3) bf16 is converted to fp32 and back, slower than fp32 alone."""
-    checks = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")  # private in torch 2.x
-    return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in checks)
-
-
-def training_dtype(hardware: HardwareSettings) -> torch.dtype:
-    """The dtype matmuls run in: bf16 / fp16 under mixed precision, else fp32."""
-    hardware = resolve_hardware(hardware)
-    return torch.bfloat16 if hardware.bf16 else torch.float16 if hardware.fp16 else torch.float32
-
-
 def build_trainer(
     run: RunConfig,
     args: TrainingArguments,
@@ -434,22 +364,20 @@ def build_trainer(
 ) -> MiniGPTTrainer:
     """The run's Trainer, with MiniGPT's callbacks: step timer, log lines, metrics.jsonl, samples.
 
-    `max_threads`: the cores a run with a chosen thread count may use (apply_cpu_settings).
+    `max_threads`: the cores a run with a chosen thread count may use (`cpu_run_settings`).
     """
     output_dir = Path(run.training.output_dir)
     tokens_per_step = effective_batch_size(run.hardware, args.world_size) * run.data.block_size
+    dtype = training_dtype(run.hardware)
     with args.main_process_first(desc="peak FLOP/s"):  # one process measures, the others read the cache
-        peak_flops = resolve_peak_flops(run.hardware.peak_flops, args.device, training_dtype(run.hardware))
+        peak = resolve_peak_flops(run.hardware.peak_flops, args.device, dtype, tf32=tf32_matmuls(run.hardware))
     meter = ThroughputMeter(
         tokens_per_step=tokens_per_step,
         flops_per_token=flops_per_token(model, model.config, run.data.block_size),
-        peak_flops=peak_flops,
+        peak_flops=peak.flops,
         num_devices=args.world_size,
     )
-    if run.hardware.peak_flops == "auto":
-        meter.on_peak_too_low = lambda achieved: remeasure_peak_flops(
-            args.device, training_dtype(run.hardware), meter.peak_flops, achieved, args.should_save
-        )
+    meter.on_peak_raised = PeakRaisedNotice(peak, args.device, dtype, say=args.should_save)
     own_callbacks: list[TrainerCallback] = [
         StepTimerCallback(meter),  # first, so sampling at step end is not timed as training
         MetricsFileCallback(
@@ -471,13 +399,11 @@ def build_trainer(
     if args.device.type == "cpu" and (torch.get_num_threads() > 1 or (max_threads or 0) > 1):
         # One thread cannot stall this way; a thread count the run chose moves with the free cores.
         # MFU is an absolute expectation only against a peak measured on quiet cores (or given).
-        dtype = training_dtype(run.hardware)
-        trusted = run.hardware.peak_flops != "auto" or peak_is_cached(args.device, dtype)
         own_callbacks.append(
             BusyCoresCallback(
                 adapt=max_threads is not None,
                 max_threads=max_threads,
-                peak_threads=torch.get_num_threads() if trusted else None,
+                peak_threads=torch.get_num_threads() if peak.trusted else None,
             )
         )
     if TrainingBlocks.readable(train_dataset):  # packed blocks: read zero-copy, maybe shifted
@@ -512,9 +438,36 @@ def build_trainer(
         bits_per_byte=bits_per_byte,
         schedule=schedule,
     )
+    trainer.peak_flops = peak  # what MFU divides by, and where it came from (the run's first lines say)
     trainer.remove_callback(ProgressCallback)
     trainer.add_callback(LogLineProgressCallback(stop_controller))
     return trainer
+
+
+class PeakRaisedNotice:
+    """What happens when training beats the peak MFU divides by (`ThroughputMeter.on_peak_raised`).
+
+    The meter then counts against the rate reached; this says so once, and caches that rate when
+    the peak was a measured one (a rate training reached is a lower bound of the machine's peak),
+    so the next run starts from it. Nothing is measured again.
+    """
+
+    def __init__(self, peak: PeakFlops, device: torch.device, dtype: torch.dtype, say: bool = True) -> None:
+        self.peak, self.device, self.dtype, self.say = peak, device, dtype, say
+        self.said = False
+
+    def __call__(self, old_peak: float, achieved: float) -> None:
+        measured = self.peak.source.startswith(("measured", "cached"))
+        if measured and self.say:
+            store_peak_flops(self.device, self.dtype, achieved, how="a rate training reached")
+        if self.say and not self.said:
+            self.said = True
+            print(
+                f"MFU: training reached {achieved:.3g} FLOP/s, above the peak of {old_peak:.3g} "
+                f"({self.peak.source}); MFU counts against the rate reached from here",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def evaluation_cost_steps(run: RunConfig, eval_dataset: Any) -> float:
@@ -523,24 +476,6 @@ def evaluation_cost_steps(run: RunConfig, eval_dataset: Any) -> float:
     hardware = run.hardware
     train_blocks = hardware.per_device_train_batch_size * hardware.gradient_accumulation_steps
     return len(eval_dataset) / (3.0 * train_blocks) if eval_dataset is not None else 0.0
-
-
-def remeasure_peak_flops(
-    device: torch.device, dtype: torch.dtype, old_peak: float, achieved: float, say: bool = True
-) -> float:
-    """Training beat the measured peak, so that peak was measured on busy cores: measure it again,
-    keep at least what training reached, and cache the better figure."""
-    measured = measure_matmul_peak(device, dtype)
-    peak = max(measured.flops, achieved)
-    store_peak_flops(device, dtype, peak, how="re-measured after an MFU above 100%")
-    if say:
-        print(
-            f"MFU: the peak of {old_peak:.3g} FLOP/s was measured on busy cores (training reached "
-            f"{achieved:.3g}); measured again: {peak:.3g} FLOP/s, cached",
-            file=sys.stderr,
-            flush=True,
-        )
-    return peak
 
 
 def run_training(
@@ -555,10 +490,21 @@ def run_training(
     thread, pass a `StopController` and call its `request_stop()`: the run saves a checkpoint at
     the next step and returns with `stopped=True`. SIGINT/SIGTERM do the same when this runs in
     the main thread. `resume=True` continues from the newest complete checkpoint in output_dir.
+    The thread count and denormal flushing the run sets are as they were again when it returns.
     """
+    # Before any torch work (the main process says what it chose).
+    with cpu_run_settings(run.hardware, say=is_main_process()) as max_threads:
+        return _run_training(run, callbacks, stop_controller, resume, max_threads)
+
+
+def _run_training(
+    run: RunConfig,
+    callbacks: Sequence[TrainerCallback],
+    stop_controller: StopController | None,
+    resume: bool,
+    max_threads: int | None,
+) -> TrainingResult:
     started = time.perf_counter()
-    # Threads and denormal flushing, before any torch work (the main process says what it chose).
-    max_threads = apply_cpu_settings(run.hardware, say=is_main_process())
     check_optimizer_name(run.training)
     stop_controller = stop_controller or StopController()
     output_dir = Path(run.training.output_dir)
@@ -642,8 +588,7 @@ def run_training(
         output_dir.mkdir(parents=True, exist_ok=True)
         with atomic_write_file(output_dir / RESOLVED_CONFIG_NAME) as handle:
             handle.write(run.to_yaml())
-        peak = trainer.throughput.peak_flops if trainer.throughput is not None else None
-        print(describe_run(run, model, args, len(corpus.train), len(corpus.validation), peak), flush=True)
+        print(describe_run(run, model, args, len(corpus.train), len(corpus.validation), trainer.peak_flops), flush=True)
         if base is not None:
             print(f"starting from {base.name} ({base.model_type}): evaluating it on the new validation data first", flush=True)
 
@@ -737,9 +682,9 @@ def describe_run(
     args: TrainingArguments,
     train_blocks: int,
     val_blocks: int,
-    peak_flops: float | None = None,
+    peak_flops: PeakFlops | None = None,
 ) -> str:
-    """The lines printed before training: model size, data, effective batch, MFU's peak."""
+    """The lines printed before training: model size, data, effective batch, MFU's peak and its source."""
     h = resolve_hardware(run.hardware)
     params = sum(p.numel() for p in model.parameters())
     batch = effective_batch_size(h, args.world_size)
@@ -755,17 +700,8 @@ def describe_run(
         f"compile {'on' if h.torch_compile else 'off'} | {run.training.max_steps} steps -> {run.training.output_dir}",
     ]
     if peak_flops is not None:
-        lines.append(f"MFU against {peak_flops:.3g} FLOP/s per device ({_peak_source(h.peak_flops)})")
+        lines.append(f"MFU against {peak_flops.flops:.3g} FLOP/s per device ({peak_flops.source})")
     return "\n".join(lines)
-
-
-def _peak_source(setting: float | str) -> str:
-    if setting != "auto":
-        return "hardware.peak_flops"
-    return (
-        f"measured on quiet cores and cached in {cache_dir() / PEAK_FLOPS_FILE}, or measured now on busy "
-        "ones and not cached; measured again if MFU would exceed 100%"
-    )
 
 
 def base_record_of(run: RunConfig) -> dict[str, Any] | None:
@@ -817,8 +753,6 @@ def describe_result(result: TrainingResult) -> str:
 __all__ = [
     "MiniGPTTrainer",
     "TrainingResult",
-    "apply_cpu_settings",
-    "resolve_hardware",
     "build_model",
     "build_trainer",
     "build_training_arguments",

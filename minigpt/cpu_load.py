@@ -1,0 +1,118 @@
+"""How much of this machine's CPU other work takes: the one place MiniGPT asks "are the cores busy?".
+
+torch's CPU thread pool stalls when another process holds one of its cores: every parallel region
+waits for the thread that shares a core, and OpenMP threads that spin while they wait take the
+time slice the working thread needs. Three choices depend on it, all with one threshold,
+`BUSY_CORE_SHARE`: how many threads a run starts with (`free_cores`), whether OpenMP threads wait
+passively (`choose_wait_policy`, before torch loads), and whether a measured matmul peak is the
+machine's own (`peak_flops`: a peak measured while other work held the cores is not cached).
+
+Read from Linux's /proc/stat (all processes' CPU time) minus this process's own CPU time, so the
+figure is the others' load whatever this process does meanwhile. Standard library only: the wait
+policy must be chosen before torch is imported. Elsewhere (no /proc/stat) the others' load reads 0.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass
+
+# Other work that keeps more than this share of a core busy makes the core not ours: threads on it
+# stall the pool. Below it (the shell, a logger, the kernel's own work) a core counts as free.
+BUSY_CORE_SHARE = 0.3
+SAMPLE_SECONDS = 0.2  # one sample at a run's start: 20 clock ticks a core at Linux's 100 Hz
+
+
+@dataclass(frozen=True)
+class CPUTimes:
+    """A reading of the machine's and this process's CPU time, for the load between two readings."""
+
+    wall: float  # time.perf_counter()
+    machine_busy: float  # seconds of CPU time all processes used, over all cores (None-free: 0 if unknown)
+    machine_total: float  # seconds of CPU time the cores had in all (busy + idle)
+    own: float  # seconds of CPU time this process used (every thread)
+
+
+def read_cpu_times() -> CPUTimes:
+    """The machine's busy and total CPU time (/proc/stat) and this process's, now."""
+    busy = total = 0.0
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            fields = [int(value) for value in stat.readline().split()[1:]]
+        ticks = os.sysconf("SC_CLK_TCK")
+        idle = fields[3] + fields[4]  # idle + iowait; steal (another VM holding the core) counts as busy
+        total = sum(fields[:8]) / ticks  # user .. steal (guest time is already inside user)
+        busy = total - idle / ticks
+    except (OSError, ValueError, IndexError):
+        pass
+    own = os.times()
+    return CPUTimes(time.perf_counter(), busy, total, own.user + own.system)
+
+
+def others_busy_cores(start: CPUTimes, end: CPUTimes) -> float:
+    """Cores' worth of CPU time other processes used between two readings (0.0 when unknown)."""
+    wall = end.wall - start.wall
+    if wall <= 0 or end.machine_total <= start.machine_total:
+        return 0.0
+    others = (end.machine_busy - start.machine_busy) - (end.own - start.own)
+    return max(0.0, others / wall)
+
+
+def sample_others_busy_cores(seconds: float = SAMPLE_SECONDS) -> float:
+    """Cores' worth of CPU time other processes use, sampled over `seconds` of sleep."""
+    start = read_cpu_times()
+    time.sleep(seconds)
+    return others_busy_cores(start, read_cpu_times())
+
+
+def is_busy(others: float) -> bool:
+    """True when other work holds more than BUSY_CORE_SHARE of a core."""
+    return others > BUSY_CORE_SHARE
+
+
+def free_cores(available: int, others: float) -> int:
+    """Threads for the cores other work leaves free: all `available` while others hold at most
+    BUSY_CORE_SHARE of a core, else the free cores rounded to nearest, at least 1 and at most
+    `available` - 1 (2 cores with one busy: 1; 8 cores with one busy: 7)."""
+    if not is_busy(others):
+        return available
+    return max(1, min(available - 1, math.floor(available - others + 0.5)))
+
+
+def choose_wait_policy(
+    environ: MutableMapping[str, str] = os.environ,
+    sample: Callable[[], float] = sample_others_busy_cores,
+) -> str | None:
+    """Set OMP_WAIT_POLICY=PASSIVE when other work keeps the cores busy; a line saying so, else None.
+
+    Call it where a run starts, before torch is imported (OpenMP reads the variable once, when torch
+    loads it): with spinning waits on busy cores a training step took 10x longer (2.6-5.5 s against
+    0.44-0.65 s); on free cores spinning is what keeps steps fast, so nothing changes there. A value
+    of the user's own is kept, and nothing is done once torch is loaded.
+    """
+    if "OMP_WAIT_POLICY" in environ or "torch" in sys.modules:
+        return None
+    others = sample()
+    if not is_busy(others):
+        return None
+    environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    return (
+        f"cores busy: other processes use {others:.1f} core(s), so OpenMP threads wait passively "
+        "(OMP_WAIT_POLICY=PASSIVE; set it yourself to choose)"
+    )
+
+
+__all__ = [
+    "BUSY_CORE_SHARE",
+    "CPUTimes",
+    "choose_wait_policy",
+    "free_cores",
+    "is_busy",
+    "others_busy_cores",
+    "read_cpu_times",
+    "sample_others_busy_cores",
+]

@@ -1,0 +1,150 @@
+"""The machine side of a run: `auto` settings decided for this machine, and the CPU settings a run
+changes in its process (and gives back when it ends).
+
+`hardware.bf16: auto` turns bf16 autocast on where matmuls run faster in it: GPUs with bf16, and
+CPUs with bf16 matmul instructions, AMX-BF16 (Intel Sapphire Rapids and later) or AVX512-BF16 (AMD
+Zen 4, Intel Cooper Lake): a 1024x128x512 matmul ran 2.5x faster in bf16 on a Zen 4 EPYC. Without
+them (AVX2-only CPUs such as Zen 3) bf16 is converted to fp32 and back, slower than fp32 alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+
+from .busy_cores import choose_threads
+from .cpu_allocator import keep_freed_memory
+from .settings import HardwareSettings
+
+BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")  # /proc/cpuinfo flags of CPUs with bf16 matmul instructions
+
+
+def on_cpu(hardware: HardwareSettings) -> bool:
+    """True when the run trains on the CPU (asked to, or no GPU)."""
+    return hardware.use_cpu or not torch.cuda.is_available()
+
+
+def resolve_hardware(hardware: HardwareSettings) -> HardwareSettings:
+    """The hardware section with its `auto` values decided for this machine.
+
+    bf16: on where matmuls are faster in it (see the module doc), never with fp16. Attention: plain
+    matmul attention ("eager") for bf16 on a CPU, where torch's sdpa kernel is 3x slower than in
+    fp32; sdpa everywhere else.
+    """
+    cpu = on_cpu(hardware)
+    bf16 = hardware.bf16
+    if bf16 == "auto":
+        bf16 = not hardware.fp16 and (cpu_has_fast_bf16() if cpu else torch.cuda.is_bf16_supported())
+    attention = hardware.attn_implementation
+    if attention == "auto":
+        attention = "eager" if cpu and bf16 else "sdpa"
+    return dataclasses.replace(hardware, bf16=bf16, attn_implementation=attention)
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags as Linux lists them in /proc/cpuinfo (empty elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def cpu_has_fast_bf16() -> bool:
+    """True on CPUs with bf16 matmul instructions (AMX-BF16 or AVX512-BF16), which oneDNN uses."""
+    flags = cpu_flags()
+    if flags:
+        return any(flag in flags for flag in BF16_CPU_FLAGS)
+    checks = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")  # no /proc/cpuinfo: torch's own probes
+    return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in checks)
+
+
+def training_dtype(hardware: HardwareSettings) -> torch.dtype:
+    """The dtype matmuls run in: bf16 / fp16 under mixed precision, else fp32."""
+    hardware = resolve_hardware(hardware)
+    return torch.bfloat16 if hardware.bf16 else torch.float16 if hardware.fp16 else torch.float32
+
+
+def tf32_matmuls(hardware: HardwareSettings) -> bool:
+    """True when fp32 matmuls run as TensorFloat-32 (a GPU setting): MFU's peak is then tf32's."""
+    if on_cpu(hardware):
+        return False
+    if hardware.tf32 is not None:
+        return hardware.tf32
+    return torch.backends.cuda.matmul.allow_tf32
+
+
+@contextmanager
+def cpu_run_settings(hardware: HardwareSettings, say: bool = True, choose: bool = True) -> Iterator[int | None]:
+    """Thread count and denormal flushing for the run, given back as they were when it ends.
+
+    Yields the cores a run with a chosen thread count may use (`torch_num_threads: null` on a CPU:
+    it starts with a thread per free core and `BusyCoresCallback` moves the count as it goes), else
+    None. `choose=False` keeps torch's default of a thread per core (benchmarks compare like with like).
+
+    `flush_denormal`: late in a run, softmax tails and the Adam moments of rare tokens underflow into
+    denormal floats, which x86 CPUs compute 10x or more slower; flushed to zero they run at full speed
+    (torch's worker threads flush too). glibc's allocator setting (`keep_freed_memory`) cannot be
+    undone, so it is not made here but where a process starts (scripts/train.py).
+    """
+    threads_before = torch.get_num_threads()
+    flushing = _flush_denormal(hardware)
+    try:
+        yield _set_threads(hardware, say, choose)
+    finally:
+        torch.set_num_threads(threads_before)
+        if flushing:
+            torch.set_flush_denormal(False)
+
+
+def apply_process_settings(hardware: HardwareSettings) -> None:
+    """The run's CPU settings for the rest of a process that does one job and exits (a benchmark
+    worker): glibc keeps freed memory (`keep_freed_memory`), denormals flush, and a fixed thread
+    count (torch's default of one per core when none is set: benchmarks compare like with like)."""
+    if hardware.keep_freed_memory:
+        keep_freed_memory()
+    _flush_denormal(hardware)
+    _set_threads(hardware, say=False, choose=False)
+
+
+def _flush_denormal(hardware: HardwareSettings) -> bool:
+    """Denormals as zero when the settings ask for it; True if the CPU took it (x86 DAZ)."""
+    return hardware.flush_denormal and torch.set_flush_denormal(True)
+
+
+def _set_threads(hardware: HardwareSettings, say: bool, choose: bool) -> int | None:
+    if hardware.torch_num_threads is not None:
+        # Oversubscribed cores (other jobs, several processes) stall torch's thread pool badly.
+        torch.set_num_threads(hardware.torch_num_threads)
+        return None
+    if not choose or not on_cpu(hardware):
+        return None
+    available = torch.get_num_threads()
+    threads, others = choose_threads(available)
+    if threads != available:
+        torch.set_num_threads(threads)
+        if say:
+            print(
+                f"cores busy: other processes use {others:.1f} of {available} cores, so this run trains with "
+                f"{threads} thread(s) and checks again as it goes (hardware.torch_num_threads sets a fixed count)",
+                flush=True,
+            )
+    return available
+
+
+__all__ = [
+    "apply_process_settings",
+    "cpu_flags",
+    "cpu_has_fast_bf16",
+    "cpu_run_settings",
+    "on_cpu",
+    "resolve_hardware",
+    "tf32_matmuls",
+    "training_dtype",
+]
