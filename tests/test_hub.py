@@ -487,3 +487,21 @@ def test_a_local_path_left_in_a_published_file_refuses_the_push(tmp_path):
     ):
         publish(run, REPO, tmp_path / "hub")
     assert not (tmp_path / "hub").exists()
+
+
+def test_an_exported_folder_publishes_with_a_card_that_needs_no_remote_code(tmp_path):
+    """One card writer for both folders: the export's card states its check, the published card
+    of that folder its stock class, and neither asks for remote code."""
+    from minigpt.export.exporting import export_stock_folder
+
+    export_stock_folder(tiny_model(seed=2), build_tiny_tokenizer(), tmp_path / "exported", source_name="tiny")
+    exported = ModelCard.load(tmp_path / "exported" / "README.md")
+    assert exported.data.tags == ["minigpt", "text-generation", "causal-lm", "gpt2"]
+    assert "Exported from the MiniGPT model `tiny` and checked on a batch of tokens" in exported.text
+    assert 'from_pretrained("PATH_OR_REPO")' in exported.text and "| hidden_size | `32` |" in exported.text
+
+    commit = publish(tmp_path / "exported", "org/exported", tmp_path / "hub")
+    card = ModelCard.load(commit.snapshot_dir(tmp_path / "hub", "org/exported") / "README.md")
+    assert "custom_code" not in card.data.tags and "gpt2" in card.data.tags
+    assert "trust_remote_code" not in card.text and "`GPT2LMHeadModel`" in card.text
+    assert 'AutoModelForCausalLM.from_pretrained("org/exported")' in card.text

@@ -20,7 +20,7 @@ from ..atomic import atomic_output_dir
 from ..model import MiniGPTForCausalLM
 from .architectures import StockArchitecture, choose_architecture
 from .errors import ExportError
-from .model_card import render_export_card
+from .model_card import exported_card_facts, render_model_card
 
 # An export whose logits differ by more than this from MiniGPT's is a bug in a mapping, not rounding:
 # the measured differences are 0 (GPT-2) to 4e-6 (rotary families) in fp32.
@@ -111,10 +111,10 @@ def write_stock_folder(
         export.model.generation_config = GenerationConfig.from_dict(generation_config.to_dict())
         export.model.save_pretrained(staging)
         save_portable_tokenizer(tokenizer, staging)
-        card = render_export_card(
-            export.model.config, export.architecture, export.max_logit_difference, source_name, license
+        facts = exported_card_facts(
+            export.model, export.architecture.model_type, export.max_logit_difference, source_name, license
         )
-        (staging / "README.md").write_text(card, encoding="utf-8")
+        (staging / "README.md").write_text(render_model_card(facts), encoding="utf-8")
     return Path(output_dir)
 
 

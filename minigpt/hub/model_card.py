@@ -1,9 +1,9 @@
-"""The README.md model card of a published model: hub metadata plus a human-readable body.
+"""What a published model's card states, read from the model folder and its training run.
 
-The YAML header (library_name, license, tags, model-index with the evaluation results)
-is built with huggingface_hub's `ModelCardData`/`EvalResult`, so it is what the hub parses. The
-body states the architecture, parameter count, training data, hyperparameters, metrics, the loss
-curve picture and how to load the model with plain transformers.
+The card itself is written by `minigpt.export.model_card` (one writer for published and exported
+folders); this module reads the facts only a run folder holds: the parameter count of the weights,
+the validation metrics training logged (the latest, and the base model's at step 0) and the
+hardware of each start and resume.
 """
 
 from __future__ import annotations
@@ -11,73 +11,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from huggingface_hub import EvalResult, ModelCardData
 from safetensors import safe_open
 
-from ..data.provenance import SourceFile
-
-# Keys training logs for the validation split (minigpt.training), in the order they are shown.
-EVAL_METRICS = {
-    "eval_loss": ("loss", "Validation loss (nats/token)"),
-    "eval_perplexity": ("perplexity", "Validation perplexity"),
-    "eval_bpb": ("bits_per_byte", "Validation bits per byte"),
-}
-# Run-config keys about the training machine (folders, progress bars, tokenizer reuse), not about
-# how the model was made: left out of the card's tables.
-LOCAL_KEYS = {
-    "training.output_dir",
-    "tokenizer.path",
-    "tokenizer.show_progress",
-    "tokenizer.reuse",
-    "data.cache_dir",
-    "data.show_progress",
-}
-SOURCES_SHOWN = 10  # data files named one by one in the card; more are counted
-ARCHITECTURE_FIELDS = (
-    "vocab_size",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "intermediate_size",
-    "max_position_embeddings",
-    "position_embedding_type",
-    "hidden_act",
-    "norm_type",
-    "mlp_type",
-    "qk_norm",
-    "bias",
-    "tie_word_embeddings",
-)
-
-
-@dataclass
-class CardFacts:
-    """Everything the card says, gathered from the model folder and its training run."""
-
-    repo_id: str
-    model_config: dict[str, Any]  # config.json
-    num_parameters: int
-    license: str
-    run_config: dict[str, Any] | None = None  # the resolved training config (no local paths), when known
-    train_sources: list[SourceFile] = field(default_factory=list)  # training data files, by name and size
-    validation_sources: list[SourceFile] = field(default_factory=list)  # separate validation files, if any
-    metrics: dict[str, float] = field(default_factory=dict)  # eval_* keys of EVAL_METRICS
-    metrics_step: int | None = None  # the training step the metrics were measured at
-    loss_curve: str | None = None  # file name of the loss-curve picture in the snapshot
-    extra_tags: list[str] = field(default_factory=list)
-    # The stock transformers class the model is published as (None: MiniGPT's own, remote code).
-    stock_class: str | None = None
-    gguf_files: list[str] = field(default_factory=list)  # GGUF files for llama.cpp in the snapshot
-    base_model: str | None = None  # the repo id training started from (model.init_from), hub metadata
-    base_revision: str | None = None  # its revision
-    base_folder: str | None = None  # or the name of the local model folder it started from
-    base_metrics: dict[str, float] = field(default_factory=dict)  # the base's eval_* at step 0
-    # (first step, hardware section) of each segment of a resumed run, from metrics.jsonl
-    segments: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+from ..export.model_card import EVAL_METRICS
 
 
 def count_parameters(weights_files: list[Path]) -> int:
@@ -128,6 +67,8 @@ def read_base_metrics(run_dir: Path | None, model_dir: Path) -> dict[str, float]
                 if record.get("step") == 0 and isinstance(record.get("eval_loss"), int | float):
                     return {key: float(record[key]) for key in EVAL_METRICS if key in record}
     return {}
+
+
 def read_segments(run_dir: Path | None) -> list[tuple[int, dict[str, Any]]]:
     """(first step, hardware section) of each start and resume of the run, in step order."""
     jsonl = run_dir / "metrics.jsonl" if run_dir is not None else None
@@ -141,220 +82,4 @@ def read_segments(run_dir: Path | None) -> list[tuple[int, dict[str, Any]]]:
     return sorted(segments, key=lambda s: s[0])
 
 
-def _hardware_rows(rows: list[tuple[str, Any]], facts: CardFacts) -> list[tuple[str, Any]]:
-    """A hardware key that changed when the run was resumed reads as each segment's value."""
-    if len(facts.segments) < 2:
-        return rows
-    ends = [start for start, _ in facts.segments[1:]] + [facts.metrics_step]
-    shown = []
-    for key, value in rows:
-        values = [hardware.get(key, value) for _, hardware in facts.segments]
-        if len(set(map(repr, values))) > 1:
-            value = ", ".join(
-                f"{v} (steps {start}-{end if end is not None else 'end'})"
-                for (start, _), v, end in zip(facts.segments, values, ends, strict=True)
-            )
-        shown.append((key, value))
-    return shown
-
-
-def card_metadata(facts: CardFacts) -> ModelCardData:
-    """The YAML header. No `datasets:` tag: local files are not hub datasets, and a tag made from a
-    file name would link to someone else's dataset. A model trained from a repo names it as
-    `base_model` (the hub's convention, `base_model_relation: finetune`); a local folder is no hub
-    model, so it is named in the body only."""
-    evaluated_on = facts.validation_sources or facts.train_sources
-    dataset_name = ", ".join(s.name for s in evaluated_on[:SOURCES_SHOWN]) or "held-out text"
-    eval_results = [
-        EvalResult(
-            task_type="text-generation",
-            task_name="Causal language modeling",
-            dataset_type="text",
-            dataset_name=dataset_name,
-            dataset_split="validation",
-            metric_type=metric_type,
-            metric_name=label,
-            metric_value=round(facts.metrics[key], 6),
-        )
-        for key, (metric_type, label) in EVAL_METRICS.items()
-        if key in facts.metrics
-    ]
-    return ModelCardData(
-        library_name="transformers",
-        license=facts.license,
-        pipeline_tag="text-generation",
-        tags=[
-            "minigpt",
-            "text-generation",
-            "causal-lm",
-            *(["gguf"] if facts.gguf_files else []),
-            *([] if facts.stock_class else ["custom_code"]),
-            *facts.extra_tags,
-        ],
-        model_name=facts.repo_id,
-        eval_results=eval_results or None,
-        **({"base_model": facts.base_model, "base_model_relation": "finetune"} if facts.base_model else {}),
-    )
-
-
-def _origin(facts: CardFacts) -> str:
-    """How the model was made, in one sentence: from scratch, or continued from a base model."""
-    if facts.base_model:
-        revision = f" (revision `{facts.base_revision}`)" if facts.base_revision else ""
-        base = f"the model `{facts.base_model}`{revision}"
-    elif facts.base_folder:
-        base = f"the model `{facts.base_folder}` (a local folder, not published)"
-    else:
-        return "A small GPT-style causal language model trained from scratch with MiniGPT."
-    line = f"A small GPT-style causal language model: {base}, trained further on new text with MiniGPT."
-    if "eval_bpb" in facts.base_metrics:
-        line += (
-            f" Before that training the base model scored {facts.base_metrics['eval_bpb']:.4f} bits per "
-            "byte on this model's validation text."
-        )
-    return line
-
-
-def _table(rows: list[tuple[str, Any]], header: tuple[str, str]) -> str:
-    lines = [f"| {header[0]} | {header[1]} |", "|---|---|"]
-    lines += [f"| {key} | `{value}` |" for key, value in rows]
-    return "\n".join(lines)
-
-
-def _sources_text(sources: list[SourceFile]) -> str:
-    """`a.txt` (1,234 bytes), `b.txt` (size unknown) and 3 more files (N bytes in all)."""
-    named = [
-        f"`{s.name}` ({s.bytes:,} bytes)" if s.bytes is not None else f"`{s.name}` (size unknown)"
-        for s in sources[:SOURCES_SHOWN]
-    ]
-    text = ", ".join(named)
-    if len(sources) > SOURCES_SHOWN:
-        text += f" and {len(sources) - SOURCES_SHOWN} more files"
-        if all(s.bytes is not None for s in sources):
-            text += f" ({sum(s.bytes for s in sources):,} bytes in all)"
-    return text
-
-
-def _held_out(data: Mapping[str, Any]) -> str:
-    """How the validation text was split off the training files, in words."""
-    fraction = data.get("validation_fraction")
-    if not isinstance(fraction, int | float):
-        return "a held-out part of that text"
-    method = data.get("validation_split")
-    if method == "auto":  # as DataSettings.split_method decides it
-        method = "random" if len(data.get("train_files") or []) > 1 else "tail"
-    if method == "random":
-        return f"{fraction:.0%} of its documents, drawn with seed {data.get('seed')} and held out"
-    return f"the last {fraction:.0%} of that text (held out, never trained on)"
-
-
-def _flatten(section: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
-    rows: list[tuple[str, Any]] = []
-    for key, value in section.items():
-        if isinstance(value, Mapping):
-            rows += _flatten(value, f"{prefix}{key}.")
-        else:
-            rows.append((f"{prefix}{key}", value))
-    return rows
-
-
-def render_model_card(facts: CardFacts) -> str:
-    """The full README.md text: `---` YAML metadata `---`, then the body in Markdown."""
-    config = facts.model_config
-    name = facts.repo_id.split("/")[-1]
-    arch_rows = [(key, config.get(key)) for key in ARCHITECTURE_FIELDS if key in config]
-    parts = [
-        f"---\n{card_metadata(facts).to_yaml()}\n---",
-        f"# {name}",
-        (
-            f"{_origin(facts)} "
-            + (
-                f"It is published as the stock transformers architecture `{facts.stock_class}`, which "
-                "computes it exactly: it loads with plain `transformers`, no remote code."
-                if facts.stock_class
-                else "It loads with plain `transformers` "
-                "(the model's source files ship beside the weights, hence `trust_remote_code=True`)."
-            )
-        ),
-        "## Architecture",
-        (
-            f"Decoder-only transformer (`{config.get('model_type')}`, "
-            f"`{', '.join(config.get('architectures') or [])}`): pre-norm blocks, fused QKV "
-            f"attention, {'gated ' if config.get('mlp_type') == 'gated' else ''}{config.get('hidden_act', 'gelu')} "
-            f"MLP. **{facts.num_parameters:,} parameters** "
-            f"({facts.num_parameters / 1e6:.2f} M, tied embeddings counted once)."
-        ),
-        _table(arch_rows, ("setting", "value")),
-    ]
-
-    run = facts.run_config or {}
-    parts.append("## Training data")
-    data = run.get("data") or {}
-    if data:
-        sources = _sources_text(facts.train_sources) or "(not recorded)"
-        held_out = _sources_text(facts.validation_sources) or _held_out(data)
-        parts.append(
-            f"Trained on {sources}; validation on {held_out}. "
-            f"Text is tokenized with a byte-level BPE and packed into blocks of "
-            f"{data.get('block_size', '?')} tokens. File sizes are as found when the model was published."
-        )
-    else:
-        parts.append("Not recorded: the model was published without its training run.")
-
-    parts.append("## Hyperparameters")
-    if run:
-        parts.append("The resolved training config is published as `resolved_config.yaml`.")
-        for section in ("training", "tokenizer", "hardware"):
-            if isinstance(run.get(section), Mapping):
-                rows = [(k, v) for k, v in _flatten(run[section]) if f"{section}.{k}" not in LOCAL_KEYS]
-                if section == "hardware":
-                    rows = _hardware_rows(rows, facts)
-                parts += [f"### {section}", _table(rows, ("key", "value"))]
-    else:
-        parts.append("Not recorded.")
-
-    parts.append("## Evaluation")
-    if facts.metrics:
-        at_step = f", at step {facts.metrics_step}" if facts.metrics_step is not None else ""
-        rows = [
-            (label, f"{facts.metrics[key]:.4f}")
-            for key, (_, label) in EVAL_METRICS.items()
-            if key in facts.metrics
-        ]
-        parts += [
-            f"Measured on the validation split during training{at_step}. Bits per byte = mean loss "
-            "x tokens / UTF-8 bytes / ln 2, comparable across tokenizers.",
-            _table(rows, ("metric", "value")),
-        ]
-    else:
-        parts.append("No evaluation results were recorded for this model.")
-    if facts.loss_curve:
-        parts += ["### Loss curve", f"![training and validation loss]({facts.loss_curve})"]
-
-    # AutoTokenizer reads config.json (which may name the model's code) first: trusted, it does not ask.
-    trust = "" if facts.stock_class else ", trust_remote_code=True"
-    parts += [
-        "## Usage",
-        "```python\n"
-        "from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline\n\n"
-        f'tokenizer = AutoTokenizer.from_pretrained("{facts.repo_id}"{trust})\n'
-        f'model = AutoModelForCausalLM.from_pretrained("{facts.repo_id}"{trust})\n'
-        'inputs = tokenizer("ROMEO:", return_tensors="pt")\n'
-        "output = model.generate(**inputs)  # generation_config.json: the run's sampling, up to the context\n"
-        "print(tokenizer.decode(output[0]))\n\n"
-        f'generator = pipeline("text-generation", model="{facts.repo_id}"{trust})\n'
-        'print(generator("ROMEO:")[0]["generated_text"])\n'
-        "```",
-        (
-            "Offline, from a local hub folder written by MiniGPT's `scripts/push.py`: set "
-            "`HF_HUB_CACHE=<hub folder>` and `HF_HUB_OFFLINE=1`, then run the same code "
-            '(pass `revision="<tag>"` for an earlier version).'
-        ),
-    ]
-    if facts.gguf_files:
-        listed = ", ".join(f"`{name}`" for name in facts.gguf_files)
-        parts.append(f"For llama.cpp (and runtimes built on it): {listed}, with the tokenizer inside.")
-    return "\n\n".join(parts) + "\n"
-
-
-__all__ = ["CardFacts", "count_parameters", "read_base_metrics", "read_eval_metrics", "render_model_card"]
+__all__ = ["count_parameters", "read_base_metrics", "read_eval_metrics", "read_segments"]

@@ -31,18 +31,12 @@ from ..errors import MiniGPTUserError
 from ..export.errors import ExportError
 from ..export.exporting import to_stock_model, write_stock_folder
 from ..export.gguf_export import write_gguf
+from ..export.model_card import CardFacts, render_model_card
 from ..model import MiniGPTForCausalLM
 from ..run_layout import RESOLVED_CONFIG_NAME
 from . import store
 from .loading import resolve_model
-from .model_card import (
-    CardFacts,
-    count_parameters,
-    read_base_metrics,
-    read_eval_metrics,
-    read_segments,
-    render_model_card,
-)
+from .model_card import count_parameters, read_base_metrics, read_eval_metrics, read_segments
 from .portable import clean_json_text, find_local_path, local_paths, portable_run_config
 
 SHARD_PATTERN = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
@@ -238,10 +232,12 @@ def collect_files(
     metrics, step = read_eval_metrics(run_dir, model_dir)
     base = (portable.config.get("model") if portable is not None else None) or {}
     base_from, base_revision = base.get("init_from"), base.get("init_revision")
+    stock = config.get("model_type") != "minigpt"  # converted here, or a folder exported before
     facts = CardFacts(
         repo_id=repo_id,
         model_config=minigpt_config,
-        stock_class=(config.get("architectures") or [None])[0] if config is not minigpt_config else None,
+        stock_class=(config.get("architectures") or [config.get("model_type")])[0] if stock else None,
+        extra_tags=[config["model_type"]] if stock and config.get("model_type") else [],
         gguf_files=sorted(name for name in files if name.endswith(".gguf")),
         num_parameters=count_parameters([p for p in weights.values() if p.suffix == ".safetensors"]),
         license=license,
