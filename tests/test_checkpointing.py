@@ -185,6 +185,18 @@ def test_resume_compatibility_compares_model_tokenizer_and_data_only(finished_ru
         check_resume_compatible({**saved, "tokenizer": {"vocab_size": 99}}, checkpoint)
 
 
+def test_a_checkpoint_of_an_older_minigpt_with_retired_keys_at_their_kept_values_resumes(run_copy):
+    checkpoint = run_copy / "checkpoint-12"
+    saved = yaml.safe_load((checkpoint / RESOLVED_CONFIG_NAME).read_text())
+    old = {**saved, "model": {**saved["model"], "residual_init": "scaled", "final_logit_softcapping": None}}
+    (checkpoint / RESOLVED_CONFIG_NAME).write_text(yaml.safe_dump(old))
+    check_resume_compatible(saved, checkpoint)  # what the model still computes: no difference
+    old["model"]["residual_init"] = "zero"  # a model this code no longer computes
+    (checkpoint / RESOLVED_CONFIG_NAME).write_text(yaml.safe_dump(old))
+    with pytest.raises(ConfigError, match=r"model\.residual_init is '<unset>' here but 'zero' in the checkpoint"):
+        check_resume_compatible(saved, checkpoint)
+
+
 def test_a_checkpoint_without_resolved_config_is_not_checked(run_copy):
     (run_copy / "checkpoint-12" / RESOLVED_CONFIG_NAME).unlink()
     check_resume_compatible({"model": {"hidden_size": 1}}, run_copy / "checkpoint-12")

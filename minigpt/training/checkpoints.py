@@ -54,6 +54,9 @@ SCALER_NAME = "scaler.pt"
 COMPARED_SECTIONS = ("model", "tokenizer", "data")  # run-config sections a resume must not change
 # Keys of those sections that change how the data is prepared or shown, never what it is.
 RESUME_MAY_DIFFER = ("tokenizer.show_progress", "data.show_progress", "data.num_proc", "data.cache_dir")
+# Keys a checkpoint of an older MiniGPT may hold that no longer exist, at the value the code keeps
+# computing: a checkpoint holding them at these values resumes as if they were absent.
+RETIRED_KEYS = {"model.residual_init": "scaled", "model.final_logit_softcapping": None}
 
 
 class AtomicCheckpointTrainer(Trainer):
@@ -371,7 +374,11 @@ def check_resume_compatible(
     except yaml.YAMLError as err:
         raise ConfigError(f"{saved_file} is not valid YAML: {err}") from err
     current = {key: value for key, value in _flatten(run_config).items() if key.split(".")[0] in sections}
-    previous = {key: value for key, value in _flatten(saved).items() if key.split(".")[0] in sections}
+    previous = {
+        key: value
+        for key, value in _flatten(saved).items()
+        if key.split(".")[0] in sections and not (key in RETIRED_KEYS and RETIRED_KEYS[key] == value)
+    }
     ignored = set(ignore)
     differences = [
         f"{key} is {current.get(key, '<unset>')!r} here but {previous.get(key, '<unset>')!r} in the checkpoint"

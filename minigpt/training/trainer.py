@@ -63,7 +63,8 @@ from .callbacks import (
     StepTimerCallback,
 )
 from .checkpoints import AtomicCheckpointTrainer, check_resume_compatible, find_resume_checkpoint
-from .hardware import cpu_run_settings, resolve_hardware, tf32_matmuls, training_dtype
+from .cpu_kernels import cpu_training_kernels
+from .hardware import cpu_run_settings, on_cpu, resolve_hardware, tf32_matmuls, training_dtype
 from .interrupt import StopController
 from .late_dropout import LateDropoutCallback
 from .optimizers import AUX_ADAMW, MUON, muon_with_adamw
@@ -606,7 +607,9 @@ def _run_training(
             metrics_file = next(c for c in trainer.callback_handler.callbacks if isinstance(c, MetricsFileCallback))
             metrics_file.keep_through(step, evaluation_at_step=evaluated)
     else:
-        with stop_controller.install_signal_handlers():
+        # The hand-written RMSNorm backward pays on a CPU (cpu_kernels.py); compile fuses its own.
+        cheaper_cpu_backward = on_cpu(run.hardware) and not run.hardware.torch_compile
+        with stop_controller.install_signal_handlers(), cpu_training_kernels(model, cheaper_cpu_backward):
             trainer.train(resume_from_checkpoint=checkpoint)
     stopped = stop_controller.stop_requested
 
