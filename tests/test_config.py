@@ -259,17 +259,79 @@ def test_init_from_records_which_keys_the_config_wrote_and_defers_the_context_ch
 
 
 def test_the_muon_config_is_the_default_run_with_another_optimizer():
-    """configs/shakespeare-muon.yaml compares Muon with AdamW at equal time: every setting but the
-    optimizer's must stay the default run's as either file changes."""
+    """configs/shakespeare-muon.yaml compares Muon with AdamW at equal time: it extends the default
+    run's config and resolves to every one of its settings but the optimizer's and the run folder."""
     default = dataclasses.asdict(load_run_config(REPO / "configs" / "shakespeare.yaml", []))
     muon = dataclasses.asdict(load_run_config(REPO / "configs" / "shakespeare-muon.yaml", []))
     differ = {
         f"{section}.{key}"
         for section, values in default.items()
-        if section != "explicit_keys"  # which keys each file writes, not their values
+        if section != "explicit_keys"  # which keys the files write, not their values
         for key, value in values.items()
         if muon[section][key] != value
     }
     allowed = {"training.optim", "training.output_dir"}  # its own run folder
     allowed |= {f"training.{key}" for key in default["training"] if key.startswith("muon_")}
     assert "training.optim" in differ and differ <= allowed, differ - allowed
+    assert set(default["explicit_keys"]) < set(muon["explicit_keys"])  # keys written in either file
+    written = yaml.safe_load((REPO / "configs" / "shakespeare-muon.yaml").read_text())
+    assert written["extends"] == "shakespeare.yaml" and set(written) == {"extends", "training"}
+    assert {f"training.{key}" for key in written["training"]} <= allowed  # only what differs
+
+
+def write_config(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_extends_merges_each_section_key_by_key_and_overrides_apply_last(tmp_path):
+    base = write_config(tmp_path / "base.yaml", SMOKE.read_text())
+    write_config(tmp_path / "hardware" / "four.yaml", "torch_num_threads: 4\ngradient_accumulation_steps: 2\n")
+    write_config(
+        tmp_path / "base-four.yaml",
+        "extends: base.yaml\nhardware:\n  profile: four\n  torch_num_threads: 3\n",
+    )
+    variant = write_config(
+        tmp_path / "variants" / "fast.yaml",
+        "extends: ../base-four.yaml\n"
+        "training:\n  learning_rate: 1.0e-3\n  max_steps: 40\n"
+        "model:\n  num_hidden_layers: 3\n",
+    )
+    smoke = load_run_config(base)
+    run = load_run_config(variant, ["training.max_steps=50"])
+    assert run.training.learning_rate == 1e-3 and run.training.max_steps == 50  # the override last
+    assert run.training.warmup_steps == smoke.training.warmup_steps  # the rest of the section: the base's
+    assert (run.model.num_hidden_layers, run.model.hidden_size) == (3, smoke.model.hidden_size)
+    assert run.data == smoke.data and run.tokenizer == smoke.tokenizer
+    # The middle file's profile, found beside it (not beside the variant); its own key over the profile's.
+    assert (run.hardware.torch_num_threads, run.hardware.gradient_accumulation_steps) == (3, 2)
+    assert run.hardware.per_device_train_batch_size == smoke.hardware.per_device_train_batch_size
+    assert {"model.hidden_size", "model.num_hidden_layers", "hardware.profile"} <= run.explicit_keys
+    assert "extends" not in run.to_dict() and run.to_dict()["hardware"]["profile"] == "four"
+    assert build_run_config(yaml.safe_load(run.to_yaml()), config_dir=tmp_path) == run  # the merged settings
+
+
+@pytest.mark.parametrize(
+    "files, says",
+    [
+        ({"a.yaml": "extends: missing.yaml\n"}, r"a\.yaml: extends: config file not found: .*missing\.yaml$"),
+        ({"a.yaml": "extends: a.yaml\n"}, r"a\.yaml: extends: a\.yaml makes a cycle: .*a\.yaml -> .*a\.yaml$"),
+        ({"a.yaml": "extends: b.yaml\n", "b.yaml": "extends: a.yaml\n"}, r"b\.yaml: extends: a\.yaml makes a cycle"),
+        ({"a.yaml": "extends: 3\n"}, r"a\.yaml: extends must be a config file's path .*, got int 3$"),
+        ({"a.yaml": "extends: [b.yaml]\n"}, r"a\.yaml: extends must be .*, got list"),
+        ({"a.yaml": "extends:\n"}, r"a\.yaml: extends must be .*, got NoneType None$"),
+        ({"a.yaml": "extends: b.yaml\ntraining:\n  max_step: 5\n", "b.yaml": ""}, r"unknown key training\.max_step \(in .*a\.yaml\); did you mean"),
+        ({"a.yaml": "extends: b.yaml\n", "b.yaml": "training:\n  max_step: 5\n"}, r"unknown key training\.max_step \(in .*b\.yaml\)"),
+        ({"a.yaml": "extends: b.yaml\n", "b.yaml": "trainer:\n  max_steps: 5\n"}, r"unknown section 'trainer' \(in .*b\.yaml\)"),
+        ({"a.yaml": "extends: b.yaml\n", "b.yaml": "training: [5]\n"}, r"training must be a mapping of keys, got list \(in .*b\.yaml\)$"),
+    ],
+)
+def test_a_bad_extends_is_one_line_naming_the_file(tmp_path, files, says):
+    for name, text in files.items():
+        write_config(tmp_path / name, text)
+    with pytest.raises(ConfigError, match=says) as err:
+        load_run_config(tmp_path / "a.yaml")
+    assert "\n" not in str(err.value)
+
+

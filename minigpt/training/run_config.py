@@ -5,6 +5,11 @@ A run config has five sections, each a dataclass that the component using it rec
 (DataSettings), `training` (Trainer's optimisation, logging and sampling settings) and
 `hardware` (precision, attention kernel, compile, batch and accumulation, peak FLOP/s).
 
+A file may start from another: `extends: base.yaml` (a path relative to the file's folder) takes
+the base's sections as defaults, merged key by key (a section is merged, not replaced), so a
+variant holds only the keys it changes; a base may extend a file in turn. Overrides from the
+command line apply last, and the resolved config a run writes holds the merged settings.
+
 Loading never executes code (`yaml.safe_load`). An unknown key, a value of the wrong type, an
 impossible value or two settings that contradict each other raise `ConfigError` with one line
 naming the dotted key (and a did-you-mean suggestion for typos), before anything heavy starts.
@@ -34,6 +39,7 @@ from .settings import (
 # Shipped configs and hardware profiles: configs/ in the repository.
 REPO_CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 HARDWARE_PROFILE_DIRNAME = "hardware"
+EXTENDS_KEY = "extends"  # top-level key: the config file whose sections this one's keys are merged over
 
 # ---- loading -------------------------------------------------------------------------------
 
@@ -44,14 +50,71 @@ def load_run_config(path: str | Path, overrides: Iterable[str] = ()) -> RunConfi
     Raises ConfigError (one line naming the dotted key) on any problem.
     """
     path = Path(path)
-    raw = read_yaml_mapping(path, what="config file")
+    raw, profile_dir = read_config_file(path)
     if not raw:
         raise ConfigError(
             f"{path} is empty: a run config names at least its training.output_dir (see configs/shakespeare.yaml)"
         )
     for override in overrides:
         apply_override(raw, override)
-    return build_run_config(raw, config_dir=path.parent)
+        if override.partition("=")[0].strip() == "hardware.profile":
+            profile_dir = path.parent  # a profile named on the command line is looked up from the config's folder
+    return build_run_config(raw, config_dir=profile_dir)
+
+
+def read_config_file(path: Path, extended_by: tuple[Path, ...] = ()) -> tuple[dict[str, Any], Path]:
+    """A config file's raw sections, merged over those of the file it `extends` (recursively), and
+    the folder `hardware.profile` is looked up from: that of the file whose profile won.
+
+    A file without `extends` that no other file extends comes back as written (`build_run_config`
+    checks it). In a chain, each file's sections and keys are checked here, so an error names its
+    file. `extended_by`: the files already in the chain, extending this one (a cycle is an error).
+    """
+    raw = read_yaml_mapping(path, what="config file")
+    if EXTENDS_KEY not in raw and not extended_by:
+        return raw, path.parent
+    has_base = EXTENDS_KEY in raw
+    base_name = raw.pop(EXTENDS_KEY, None)
+    own = _checked_sections(raw, path)
+    if not has_base:  # the end of the chain
+        merged, profile_dir = {}, path.parent
+    else:
+        if not isinstance(base_name, str) or not base_name.strip():
+            raise ConfigError(
+                f"{path}: {EXTENDS_KEY} must be a config file's path relative to this file's folder, "
+                f"got {type(base_name).__name__} {base_name!r}"
+            )
+        base = path.parent / base_name
+        chain = (*extended_by, path.resolve())
+        if base.resolve() in chain:
+            cycle = " -> ".join(str(p) for p in (*chain, base.resolve()))
+            raise ConfigError(f"{path}: {EXTENDS_KEY}: {base_name} makes a cycle: {cycle}")
+        if not base.is_file():
+            raise ConfigError(f"{path}: {EXTENDS_KEY}: config file not found: {base}")
+        merged, profile_dir = read_config_file(base, chain)
+    for section, values in own.items():
+        merged[section] = {**merged.get(section, {}), **values}  # this file's keys win, key by key
+    if "profile" in own.get("hardware", {}):
+        profile_dir = path.parent
+    return merged, profile_dir
+
+
+def _checked_sections(raw: Mapping[str, Any], path: Path) -> dict[str, dict[str, Any]]:
+    """The sections of one file in an `extends` chain, each a mapping of known keys; errors name the file."""
+    source = f" (in {path})"
+    sections: dict[str, dict[str, Any]] = {}
+    for section, values in raw.items():
+        _check_known(str(section), SECTIONS, where="section", prefix="", source=source)
+        if values is None:  # an empty section
+            values = {}
+        if not isinstance(values, dict):
+            raise ConfigError(f"{section} must be a mapping of keys, got {type(values).__name__}{source}")
+        types_by_key = _section_types(SECTIONS[section])
+        for key in values:
+            if key not in types_by_key:
+                _raise_unknown_key(section, str(key), source=source)
+        sections[section] = dict(values)
+    return sections
 
 
 def read_yaml_mapping(path: Path, what: str) -> dict[str, Any]:
@@ -333,10 +396,10 @@ def _section_types(cls: type) -> dict[str, Any]:
 # ---- messages ------------------------------------------------------------------------------
 
 
-def _check_known(name: str, known: Mapping[str, Any], where: str, prefix: str) -> None:
+def _check_known(name: str, known: Mapping[str, Any], where: str, prefix: str, source: str = "") -> None:
     if name not in known:
         raise ConfigError(
-            f"unknown {where} {prefix}{name!r}{suggest(name, known)} (known: {', '.join(known)})"
+            f"unknown {where} {prefix}{name!r}{source}{suggest(name, known)} (known: {', '.join(known)})"
         )
 
 
@@ -360,5 +423,6 @@ __all__ = [
     "coerce",
     "find_hardware_profile",
     "load_run_config",
+    "read_config_file",
     "read_yaml_mapping",
 ]
