@@ -15,7 +15,9 @@ versions, load average before and after):
               all in fp32, and the training path once more at the precision its config picks on
               this CPU (bf16 autocast where the CPU has AMX or AVX512-BF16) against the stock GPT-2
   generation  KV-cached sampling, 256 new tokens, top-k 50, batch 1 and 8, MiniGPT against GPT-2
-  data        tokenizer training, corpus preparation (cold and cached) and raw `tokenizers`
+  data        tokenizer training, corpus preparation (cold and cached) and raw `tokenizers`, on the
+              run's corpus in this process (large corpora, fresh processes and peak memory:
+              scripts/benchmark_data.py)
   default run (--default-run) the run config from nothing: wall time and validation bits/byte
   quality     (--quality, implies --default-run) GPT-2 of the same size under a stock Trainer (AdamW,
               lr 2e-3 cosine, warmup 100, the run's batch and blocks, dropout and precision rule)

@@ -318,3 +318,48 @@ def test_a_repeat_whose_long_run_is_no_slower_is_flagged_not_passed_off_as_a_tim
     flagged = "200.0 (-150.0-200.0), 1 of 3 repeats <= 0: raise --long-steps"
     assert cells["training: plain_loop (float32), ms/step"] == flagged
     assert cells["training: training_path (float32), ms/step"] == "100.0 (100.0-100.0)"
+
+
+def test_a_data_contender_in_a_fresh_process_counts_the_same_tokens_and_its_peak_memory(tmp_path):
+    from conftest import build_tiny_tokenizer
+
+    from minigpt.benchmarks.data_speed import DataJob, encode_raw, run_in_fresh_process
+    from minigpt.data.settings import DataSettings
+
+    build_tiny_tokenizer().save_pretrained(tmp_path / "tokenizer")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text((REPO_ROOT / "data" / "tinyshakespeare.txt").read_text()[:20_000])
+    job = DataJob(DataSettings(train_files=[str(corpus)], cache_dir=str(tmp_path / "cache")), [str(corpus)], str(tmp_path / "tokenizer"))
+    assert DataJob.from_json(job.to_json()) == job
+    here, fresh = encode_raw(job), run_in_fresh_process("raw", job)
+    assert fresh["tokens"] == here["tokens"] > 0 and fresh["seconds"] > 0
+    if sys.platform == "linux":  # read from /proc/<pid>/smaps_rollup
+        assert fresh["peak_mb"] >= fresh["peak_anon_mb"] > 0
+
+
+def test_benchmark_data_measures_each_size_and_reports_it_against_the_targets(tmp_path, monkeypatch, capsys):
+    """The sizes CLI end to end, its fresh processes stood in for by in-process runs with a made-up peak."""
+    from minigpt.benchmarks import data_speed
+
+    peaks = iter(range(100, 10_000, 10))
+
+    def in_process(name, job):
+        return {**data_speed.CONTENDERS[name](job), "peak_mb": float(next(peaks)), "peak_anon_mb": 50.0}
+
+    monkeypatch.setattr(data_speed, "run_in_fresh_process", in_process)
+    out = tmp_path / "sizes.json"
+    args = ["--sizes-mb", "0.5", "2.5", "--repeats", "1", "--num-proc", "1", "--vocab-size", "300"]
+    assert load_script("benchmark_data").main([*args, "--block-size", "32", "--workdir", str(tmp_path / "w"), "--json", str(out)]) == 0
+    results = json.loads(out.read_text())
+    shakespeare = (REPO_ROOT / "data" / "tinyshakespeare.txt").stat().st_size
+    assert [r["size_mb"] for r in results] == [shakespeare / 1e6, 2 * shakespeare / 1e6]  # whole copies
+    for r in results:
+        assert 0 <= r["tokens"] - r["raw_tokens"] <= 2  # the same lines, plus an EOS ending each split
+        assert set(r["peak_mb"]) == {"raw", "prepare", "cached"}
+        assert len(r["cached_s"]["values"]) == 3 and len(r["peak_mb"]["cached"]["values"]) == 3  # 3 cached runs
+        _check_spread(r["prepare_over_raw_throughput"], repeats=1)
+    assert results[1]["tokens"] > results[0]["tokens"]
+    report = capsys.readouterr().out
+    assert "ratio" in report and "(target >= 0.7)" in report and "(target < 5%)" in report
+    assert "(target < 2048 MB)" in report and "pipeline peak memory 1 MB -> 2 MB corpus (x2.0 the data)" in report
+    assert not (tmp_path / "w").exists()  # the work folder is removed without --keep
