@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     if run.hardware.keep_freed_memory:
         keep_freed_memory()
 
-    from minigpt.training.trainer import run_training  # heavy imports only once the config is known good
+    from minigpt.training.run import run_training  # heavy imports only once the config is known good
 
     command = ["python", "scripts/train.py", display_path(args.config), *args.overrides, "--resume"]
     # A signal says all in one line at once, the resume command included.

@@ -27,8 +27,8 @@ from safetensors.torch import load_file
 from minigpt import MiniGPTConfig, MiniGPTForCausalLM
 from minigpt.errors import ConfigError
 from minigpt.hub.publishing import publish
+from minigpt.training.run import run_training
 from minigpt.training.run_config import load_run_config
-from minigpt.training.trainer import run_training
 
 SMOKE = REPO_ROOT / "configs" / "smoke.yaml"
 BLOCK = 32  # configs/smoke.yaml's data.block_size

@@ -95,7 +95,7 @@ def test_model_section_mirrors_miniGPTConfig_fields():
 def test_rope_parameters_reach_the_model_and_a_bad_one_names_the_key():
     from conftest import build_tiny_tokenizer
 
-    from minigpt.training.trainer import build_model_config
+    from minigpt.training.new_model import build_model_config
 
     rope = ["model.position_embedding_type=rope"]
     run = load_run_config(SMOKE, [*rope, "model.rope_parameters={rope_type: linear, factor: 2.0}"])

@@ -414,7 +414,7 @@ def test_model_argument_resolves_runs_checkpoints_and_repo_ids(published, tmp_pa
 
 def test_file_names_match_what_training_writes():
     from minigpt.hub import publishing
-    from minigpt.training import trainer as training
+    from minigpt.training import run_folder as training
     from minigpt.training.checkpoints import RESOLVED_CONFIG_NAME
 
     assert publishing.RESOLVED_CONFIG_NAME == RESOLVED_CONFIG_NAME
@@ -424,8 +424,8 @@ def test_file_names_match_what_training_writes():
 
 def test_a_run_with_local_paths_publishes_none_of_them(tmp_path, monkeypatch):
     """A real (tiny) run with absolute and `../` paths: no published file names a local folder."""
+    from minigpt.training.run import run_training
     from minigpt.training.run_config import build_run_config, load_run_config
-    from minigpt.training.trainer import run_training
 
     text = (REPO_ROOT / "data" / "tinyshakespeare.txt").read_text()
     data_dir, work = tmp_path / "data-q7x", tmp_path / "work-q7x"

@@ -15,8 +15,8 @@ from transformers import TrainerCallback, TrainerState
 from minigpt.errors import ConfigError
 from minigpt.training.interrupt import StopController
 from minigpt.training.late_dropout import LateDropoutCallback
+from minigpt.training.run import run_training
 from minigpt.training.run_config import load_run_config
-from minigpt.training.trainer import run_training
 
 
 @pytest.mark.parametrize(

@@ -12,8 +12,8 @@ from transformers import AutoTokenizer
 
 from minigpt import MiniGPTForCausalLM
 from minigpt.data.tokenizer import load_tokenizer
+from minigpt.training.new_model import generation_defaults
 from minigpt.training.settings import TrainingSettings
-from minigpt.training.trainer import generation_defaults
 
 
 def test_save_load_round_trip_is_bit_exact_and_safetensors_only(tmp_path):

@@ -221,8 +221,8 @@ def test_shifted_blocks_on_two_processes_give_the_one_process_loss_curve(tmp_pat
     dataset only in one). Without it the two-process curve leaves the one-process one at the
     second epoch (step 4).
     """
+    from minigpt.training.run import run_training
     from minigpt.training.run_config import load_run_config
-    from minigpt.training.trainer import run_training
 
     monkeypatch.chdir(REPO_ROOT)
     corpus = write_small_corpus(tmp_path)

@@ -167,7 +167,7 @@ def test_a_run_faster_than_a_slow_measured_peak_measures_it_once_and_reports_no_
     again; every MFU it logs is at most 100%; it says so once and caches the rate reached."""
     from conftest import small_run, write_small_corpus
 
-    from minigpt.training.trainer import run_training
+    from minigpt.training.run import run_training
 
     monkeypatch.setenv("MINIGPT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(peak_flops, "_matmul", slow_matmul(2e8))  # 0.17 s a 256^3 multiply: no growth, about 5 runs

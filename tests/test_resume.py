@@ -196,8 +196,8 @@ def test_cli_sigterm_then_resume_ends_like_an_uninterrupted_run(tmp_path, subpro
     assert f"resuming from {checkpoint}" in resumed.stdout
 
     # The uninterrupted reference, in-process (imports are already paid for), same tokenizer.
+    from minigpt.training.run import run_training
     from minigpt.training.run_config import load_run_config
-    from minigpt.training.trainer import run_training
 
     monkeypatch.chdir(REPO_ROOT)
     reference_dir = tmp_path / "reference"

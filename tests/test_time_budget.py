@@ -12,9 +12,9 @@ import torch
 
 from minigpt.errors import ConfigError
 from minigpt.training import time_budget
+from minigpt.training.run import run_training
 from minigpt.training.run_config import load_run_config
 from minigpt.training.time_budget import SAFETY_MARGIN, WarmupStableDecay, plan_steps
-from minigpt.training.trainer import run_training
 
 REPO = Path(__file__).resolve().parent.parent
 SMOKE = REPO / "configs" / "smoke.yaml"

@@ -15,19 +15,17 @@ import pytest
 import torch
 import yaml
 from datasets import Dataset
+from transformers import TrainerCallback
 
 from minigpt.errors import ConfigError
+from minigpt.training.arguments import build_training_arguments
+from minigpt.training.assembly import build_trainer
 from minigpt.training.callbacks import MetricsFileCallback, format_log_line
 from minigpt.training.interrupt import StopController
+from minigpt.training.new_model import build_model
+from minigpt.training.run import run_training
 from minigpt.training.run_config import load_run_config
 from minigpt.training.throughput import ThroughputMeter, flops_per_token, matmul_parameter_count
-from minigpt.training.trainer import (
-    TrainerCallback,
-    build_model,
-    build_trainer,
-    build_training_arguments,
-    run_training,
-)
 
 REPO = Path(__file__).resolve().parent.parent
 SMOKE = REPO / "configs" / "smoke.yaml"

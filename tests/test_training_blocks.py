@@ -14,7 +14,7 @@ from minigpt.data.packing import block_features
 from minigpt.data.training_blocks import TrainingBlocks, epoch_offset
 from minigpt.training.callbacks import EpochOffsetCallback
 from minigpt.training.interrupt import StopController
-from minigpt.training.trainer import run_training
+from minigpt.training.run import run_training
 
 BLOCK = 8
 

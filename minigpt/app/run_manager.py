@@ -170,7 +170,7 @@ class RunManager:
 
     def _run(self, run: RunConfig, controller: StopController, resume: bool) -> tuple[str, str, dict]:
         """Train; returns the run's last (status, one-line message, record changes)."""
-        from minigpt.training.trainer import run_training  # heavy: torch, transformers, datasets
+        from minigpt.training.run import run_training  # heavy: torch, transformers, datasets
 
         output_dir = Path(run.training.output_dir)
         callback = LiveStateCallback(self.state, output_dir, SAMPLES_FILE, METRICS_FILE)

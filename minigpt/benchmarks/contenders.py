@@ -17,8 +17,9 @@ import torch
 from ..data.corpus import PreparedCorpus, prepare_corpus
 from ..data.tokenizer import load_or_train_tokenizer
 from ..training.hardware import training_dtype
+from ..training.new_model import build_model
+from ..training.run import run_training
 from ..training.settings import RunConfig
-from ..training.trainer import build_model, run_training
 from .gpt2_twin import gpt2_twin_config
 
 Train = Callable[[int], None]
