@@ -3,7 +3,8 @@
 Trainer writes `checkpoint-N` in place and its `resume_from_checkpoint=True` takes the highest
 folder, finished or not: a kill during a save leaves a partial folder that resume then picks.
 Here every checkpoint is written into a staging folder `output_dir/.staging-checkpoint-N`, every
-process waits for the others (each writes its own `rng_state_<rank>.pth`), and the main process renames it to `checkpoint-N` in one `os.replace`.
+process waits for the others (each writes its own `rng_state_<rank>.pth`), and the main process
+renames it to `checkpoint-N` in one `os.replace`.
 Older checkpoints are rotated only after that rename, so a kill at any instant leaves every
 earlier checkpoint intact. At resume, `find_resume_checkpoint` walks checkpoints newest first,
 sets aside any that is incomplete or unreadable, and returns the path to pass to
@@ -11,6 +12,11 @@ sets aside any that is incomplete or unreadable, and returns the path to pass to
 
 Trainer itself restores model, optimizer, scheduler, grad scaler, RNG states and the data
 position; resuming from a checkpoint written here ends bit-identical to an uninterrupted run.
+
+Trainer has no public way to write a checkpoint elsewhere first (a callback's `on_save` runs once
+the files are in place), so `AtomicCheckpointTrainer` overrides private Trainer methods and calls
+its private save steps. setup.cfg pins transformers to the minor version they were written for;
+tests/test_transformers_contract.py fails, naming the method, when one of them changes.
 """
 
 from __future__ import annotations
@@ -92,7 +98,8 @@ class AtomicCheckpointTrainer(Trainer):
         """Write `checkpoint-N` into a staging folder on every process, then rename it into place.
 
         Mirrors `Trainer._save_checkpoint` (transformers 5.24) step by step; only the folder the
-        files go to and the moment old checkpoints are rotated differ.
+        files go to and the moment old checkpoints are rotated differ. A change of that body fails
+        tests/test_transformers_contract.py.
         """
         run_dir = Path(self._get_output_dir(trial=trial))
         final_dir = run_dir / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
@@ -167,7 +174,8 @@ class AtomicCheckpointTrainer(Trainer):
 
         At the end of training Trainer loads the best model and, with `save_total_limit=1`,
         deletes every checkpoint but the best: after an interruption that would delete the
-        checkpoint the run must resume from.
+        checkpoint the run must resume from. (No callback can do this: `on_train_end` comes after
+        that cleanup, and a stop requested after the last save has no event before it.)
         """
         if self.stop_controller is None or not self.stop_controller.stop_requested:
             return super()._finalize_training(trial, num_train_samples, start_time)
