@@ -183,7 +183,7 @@ def test_setup_cfg_pins_the_recorded_minor_and_it_is_installed():
 
 
 def test_trainer_attributes_and_state_fields_checkpoints_read(tmp_path):
-    """What `_save_checkpoint`, `create_optimizer` and `evaluate` read besides methods."""
+    """What checkpoints.py, MiniGPTTrainer and the log-line progress bar read besides methods."""
     model = MiniGPTForCausalLM(
         MiniGPTConfig(vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2)
     )
@@ -195,7 +195,10 @@ def test_trainer_attributes_and_state_fields_checkpoints_read(tmp_path):
     fields = {f.name for f in dataclasses.fields(TrainerState)}
     needed = {"global_step", "log_history", "best_global_step", "best_model_checkpoint", "stateful_callbacks"}
     assert needed <= fields, f"TrainerState lost {needed - fields}: re-check {CHECKPOINTS}"
-    assert ProgressCallback().prediction_bar is None, f"MiniGPTTrainer.evaluate ({TRAINER}) closes prediction_bar"
+    bars = ProgressCallback()  # LogLineProgressCallback (callbacks.py) writes through training_bar
+    assert bars.prediction_bar is None and bars.training_bar is None, (
+        f"ProgressCallback changed its bars: re-check MiniGPTTrainer.evaluate ({TRAINER}) and callbacks.py"
+    )
     expected = "(output_dir, save_total_limit=None, best_model_checkpoint=None, use_mtime=False, checkpoint_prefix='checkpoint')"
     assert plain_signature(rotate_checkpoints) == expected, (
         f"transformers.trainer_utils.rotate_checkpoints changed: re-check its call in {CHECKPOINTS}"

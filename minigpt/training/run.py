@@ -83,11 +83,10 @@ def _run_training(
     check_optimizer_name(run.training)
     stop_controller = stop_controller or StopController()
     args = build_training_arguments(run)  # also sets up the process group under `accelerate launch`
-    # Before anything is written: a tokenizer already at tokenizer.path must fit this run's data,
-    # then continue this folder's run, or claim the folder for a new one.
+    # New, resumed or from a base: every check that can refuse the run, before anything is written.
     start = choose_start(run, resume, main=args.should_save)
     tokenizer, corpus = _tokenizer_and_data(start, args)
-    model = _model(start, args, tokenizer, corpus)
+    model = _model_to_train(start, args, tokenizer, corpus)
     trainer = build_trainer(
         start.run,
         args,
@@ -134,7 +133,7 @@ def _tokenizer_and_data(
     return tokenizer, corpus
 
 
-def _model(
+def _model_to_train(
     start: RunStart, args: TrainingArguments, tokenizer: PreTrainedTokenizerBase, corpus: PreparedCorpus
 ) -> PreTrainedModel:
     """The model to train: the base's weights, a resumed run's architecture (its weights come from
