@@ -8,7 +8,7 @@ The package is laid out by pipeline stage, each importing only the stages below 
     export/      stock transformers architectures and GGUF, out and in
     hub/         store -> loading -> model_card, publishing
     generation/  sampling from a model (the CLI, the app and training's samples)
-    training/    settings -> run_config -> callbacks, checkpoints, base_model -> trainer (run_training)
+    training/    settings -> run_config -> callbacks, checkpoints, base_model -> trainer, assembly -> run (run_training)
     evaluation   loss, perplexity and bits per byte of a trained model
     app/         the web app on the training API
     benchmarks/  speed and quality against GPT-2 and a plain loop (scripts/benchmark.py)
