@@ -50,7 +50,8 @@ def test_auto_measures_once_then_reads_the_cache(tmp_path, monkeypatch):
     first = resolve_peak_flops("auto", CPU, torch.float32, cache_file=cache)
     assert first.flops == 2.5e11 and first.source.startswith("measured: fp32 256x256 matmul")
     second = resolve_peak_flops("auto", CPU, torch.float32, cache_file=cache)
-    assert second.flops == 2.5e11 and second.source.startswith(f"cached in {cache}")
+    assert second.flops == 2.5e11 and second.source.startswith("measured: fp32 256x256 matmul")
+    assert second.source.endswith(f", cached in {cache}") and first.measured and second.measured
     assert calls == [("cpu", torch.float32)]
     assert json.loads(cache.read_text())[peak_flops_key(CPU, torch.float32)]["flops"] == 2.5e11
     # Another dtype is another measurement; a corrupt cache is measured over, not trusted.
@@ -136,6 +137,7 @@ def test_a_known_gpu_is_never_measured_and_an_unknown_one_is(tmp_path, monkeypat
     monkeypatch.setattr(peak_flops, "device_name", lambda device: "NVIDIA H100 80GB HBM3")
     peak = resolve_peak_flops("auto", gpu, torch.bfloat16, cache_file=tmp_path / "peak.json")
     assert (peak.flops, peak.source, peak.trusted) == (989e12, "datasheet: NVIDIA H100 SXM, bf16 dense", True)
+    assert not peak.measured  # a rate training beats it by is never cached as this GPU's peak
     tf32 = resolve_peak_flops("auto", gpu, torch.float32, tf32=True, cache_file=tmp_path / "peak.json")
     assert tf32.flops == 494e12 and "tf32" in tf32.source
     assert calls == []

@@ -151,8 +151,7 @@ class PeakRaisedNotice:
         self.said = False
 
     def __call__(self, old_peak: float, achieved: float) -> None:
-        measured = self.peak.source.startswith(("measured", "cached"))
-        if measured and self.say:
+        if self.peak.measured and self.say:
             store_peak_flops(self.device, self.dtype, achieved, how="a rate training reached")
         if self.say and not self.said:
             self.said = True

@@ -62,6 +62,7 @@ class PeakFlops:
     flops: float
     source: str  # e.g. "datasheet: NVIDIA H100 SXM, bf16 dense", "measured: ...", "hardware.peak_flops"
     trusted: bool  # a datasheet figure, a given number, or measured on quiet cores: MFU is absolute
+    measured: bool = False  # a matmul measured on this machine (now or cached), not a given figure
 
 
 @dataclass(frozen=True)
@@ -164,16 +165,18 @@ def resolve_peak_flops(
     cache_file = cache_file or cache_dir() / PEAK_FLOPS_FILE
     entry = _read_cache(cache_file).get(peak_flops_key(device, dtype))
     if _valid(entry):
-        return PeakFlops(float(entry["flops"]), f"cached in {cache_file} ({entry.get('how', 'measured')})", True)
+        how = entry.get("how", "measured")
+        return PeakFlops(float(entry["flops"]), f"{how}, cached in {cache_file}", trusted=True, measured=True)
     measured = measure_matmul_peak(device, dtype)
     how = f"{precision} {measured.size}x{measured.size} matmul, {_threads(device)}, {measured.seconds:.1f} s"
     if measured.quiet:
         store_peak_flops(device, dtype, measured.flops, cache_file, how=f"measured: {how}")
-        return PeakFlops(measured.flops, f"measured: {how}; cached in {cache_file}", trusted=True)
+        return PeakFlops(measured.flops, f"measured: {how}; cached in {cache_file}", trusted=True, measured=True)
     return PeakFlops(
         measured.flops,
         f"measured: {how}, while other processes used {measured.others_cores:.1f} core(s): not cached",
         trusted=False,
+        measured=True,
     )
 
 
