@@ -29,13 +29,21 @@ def test_threads_follow_the_free_cores():
 
 
 def test_others_load_is_read_without_counting_this_process():
-    assert 0.0 <= sample_others_busy_cores(0.05) < os.cpu_count()
-    from minigpt.cpu_load import others_busy_cores, read_cpu_times
+    from minigpt.cpu_load import CPUTimes, others_busy_cores, read_cpu_times
 
-    start = read_cpu_times()
-    while read_cpu_times().wall - start.wall < 0.3:  # this process keeps one core busy itself
+    # Over 2 s the machine was busy 3.0 core-seconds, 2.0 of them this process's: others held 0.5 core.
+    start, end = CPUTimes(10.0, 100.0, 400.0, 5.0), CPUTimes(12.0, 103.0, 404.0, 7.0)
+    assert others_busy_cores(start, end) == 0.5
+    assert others_busy_cores(start, CPUTimes(12.0, 102.0, 404.0, 7.0)) == 0.0  # never below 0
+    assert others_busy_cores(start, start) == 0.0  # no time passed: nothing known
+    # A real reading: this process's own CPU time is read, and the others' load is a share of the cores.
+    begin = read_cpu_times()
+    while read_cpu_times().wall - begin.wall < 0.3:
         pass
-    assert others_busy_cores(start, read_cpu_times()) < 0.9
+    after = read_cpu_times()
+    assert after.own > begin.own and after.machine_total > begin.machine_total
+    assert 0.0 <= others_busy_cores(begin, after) <= os.cpu_count()
+    assert 0.0 <= sample_others_busy_cores(0.05) <= os.cpu_count()
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) != 2, reason="written for a 2-core machine")
