@@ -59,7 +59,8 @@ def others_busy_cores(start: CPUTimes, end: CPUTimes) -> float:
     if wall <= 0 or end.machine_total <= start.machine_total:
         return 0.0
     others = (end.machine_busy - start.machine_busy) - (end.own - start.own)
-    return max(0.0, others / wall)
+    # Clock ticks (10 ms) make short readings jumpy: never more than the machine's cores.
+    return min(max(0.0, others / wall), float(os.cpu_count() or 1))
 
 
 def sample_others_busy_cores(seconds: float = SAMPLE_SECONDS) -> float:
