@@ -85,6 +85,7 @@ TINY_TRAINING = [
     "hardware.per_device_eval_batch_size=64",
     "hardware.use_cpu=true",
     "hardware.bf16=false",
+    "hardware.tf32=null",  # GPU profiles' TF32 refuses a CPU
     "hardware.torch_compile=false",
     "hardware.torch_num_threads=1",
     "hardware.dataloader_num_workers=0",

@@ -13,8 +13,10 @@ from typing import Any
 from torch import nn
 from transformers import TrainingArguments
 
+from ..model.configuration_minigpt import MiniGPTConfig
 from ..run_layout import model_folder_name
 from .hardware import resolve_hardware
+from .memory_estimate import estimate_run_memory
 from .peak_flops import PeakFlops
 from .settings import RunConfig, effective_batch_size
 
@@ -46,7 +48,8 @@ def describe_run(
     val_blocks: int,
     peak_flops: PeakFlops | None = None,
 ) -> str:
-    """The lines printed before training: model size, data, effective batch, MFU's peak and its source."""
+    """The lines printed before training: model size, data, effective batch, MFU's peak and its source,
+    and the memory a device needs (an estimate, memory_estimate.py)."""
     h = resolve_hardware(run.hardware)
     params = sum(p.numel() for p in model.parameters())
     batch = effective_batch_size(h, args.world_size)
@@ -61,6 +64,8 @@ def describe_run(
         f"device: {args.device} | {precision} | attention {h.attn_implementation} | "
         f"compile {'on' if h.torch_compile else 'off'} | {run.training.max_steps} steps -> {run.training.output_dir}",
     ]
+    if getattr(model.config, "model_type", None) == MiniGPTConfig.model_type:  # remote-code copies too
+        lines.append(estimate_run_memory(run, model.config, args.device.type).describe())
     if peak_flops is not None:
         lines.append(f"MFU against {peak_flops.flops:.3g} FLOP/s per device ({peak_flops.source})")
     return "\n".join(lines)
