@@ -175,8 +175,9 @@ class AtomicCheckpointTrainer(Trainer):
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
         """Trainer's, with a sharded model saved as an unsharded one is (fsdp.py): as its own class,
         not FSDP2's wrapper from torch (the folder's code and auto_map), and a tied weight once."""
-        with own_class(self.model):
-            super()._save(output_dir, state_dict=without_tied_copies(self.model, state_dict))
+        model = self.accelerator.unwrap_model(self.model, keep_torch_compile=False)  # what Trainer saves
+        with own_class(model):
+            super()._save(output_dir, state_dict=without_tied_copies(model, state_dict))
 
     def _issue_warnings_after_load(self, load_result: Any) -> None:
         """Tied weights (`lm_head.weight`) are left out of `model.safetensors` by design: not missing."""
