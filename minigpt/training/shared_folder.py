@@ -48,19 +48,26 @@ def check_shared_output_dir(output_dir: str | os.PathLike) -> None:
         return
     folder = Path(output_dir)
     main = dist.get_rank() == 0
-    name: list[str | None] = [None]
+    marker: list[tuple[str | None, str]] = [(None, "")]  # (its name, or None and why not)
     created = False
     if main:
-        created = not folder.exists()
-        folder.mkdir(parents=True, exist_ok=True)
-        name[0] = f"{MARKER_PREFIX}{uuid.uuid4().hex}"
-        (folder / name[0]).touch()
-    dist.broadcast_object_list(name, src=0)  # the marker exists before any process looks for it
-    seen = main or _appears(folder / name[0])
+        try:
+            created = not folder.exists()
+            folder.mkdir(parents=True, exist_ok=True)
+            name = f"{MARKER_PREFIX}{uuid.uuid4().hex}"
+            (folder / name).touch()
+            marker[0] = (name, "")
+        except OSError as err:  # said on every process below, not left for the others to wait on
+            marker[0] = (None, err.strerror or str(err))
+    dist.broadcast_object_list(marker, src=0)  # the marker exists before any process looks for it
+    name, why = marker[0]
+    if name is None:
+        raise ConfigError(f"training.output_dir {folder}: process 0 cannot write there ({why})")
+    seen = main or _appears(folder / name)
     everyone: list[bool | None] = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, seen)
     if main:
-        (folder / name[0]).unlink()
+        (folder / name).unlink()
         if created:
             folder.rmdir()  # a run refused later leaves no folder it made for this check
     blind = [rank for rank, saw in enumerate(everyone) if not saw]
