@@ -243,8 +243,10 @@ def test_fsdp_shards_the_model_on_cpu_and_resumes_exactly_on_two_machines(one_ma
     assert run.stdout.count(f"done: {STEPS} steps") == 1
 
     # Sharded while it trained: what each process held, counted inside the run on every process.
-    shard_0, shard_1, total = map(count, SHARDED_LINE.search(run.stdout).groups())
-    assert total == count(WHOLE_LINE.search(one_machine.stdout).group(1))  # DDP held all of it on each
+    sharded, whole = SHARDED_LINE.search(run.stdout), WHOLE_LINE.search(one_machine.stdout)
+    assert sharded and whole, run.stdout  # unsharded, this run would say "a whole copy on each" too
+    shard_0, shard_1, total = map(count, sharded.groups())
+    assert total == count(whole.group(1))  # DDP held all of it on each process
     assert shard_0 + shard_1 == total and 0.4 * total < shard_0 < 0.6 * total
     uninterrupted = losses(folder)
     for step, (a, b) in enumerate(zip(one_machine.losses, uninterrupted, strict=True), start=1):
