@@ -46,6 +46,8 @@ NOT_RUN = {
     "python -m pytest": "the test suite itself",
     "accelerate launch": "starts several processes or needs GPUs (tests/test_multiprocess.py launches "
     "two over gloo); here its --config_file is read and the run config and overrides are loaded",
+    "srun": "needs several machines",
+    "torchrun": "needs several machines",
 }
 # Scripts whose documented commands would take minutes or never end: their --help must list every
 # option the command uses.

@@ -107,6 +107,12 @@ PRIVATE_METHODS = [
         "(self, output_dir=None, _internal_call=False)",
         f"_write_checkpoint_files ({CHECKPOINTS}) calls it with the private _internal_call=True, as Trainer does",
     ),
+    Dependency(
+        "_save",
+        "(self, output_dir=None, state_dict=None)",
+        f"AtomicCheckpointTrainer._save ({CHECKPOINTS}) wraps it: a sharded model saved as its own class, "
+        "with a tied weight once (minigpt/training/fsdp.py)",
+    ),
 ]
 
 # Public methods MiniGPT overrides: a changed signature would leave an override silently uncalled.
@@ -124,6 +130,13 @@ OVERRIDDEN_PUBLIC_METHODS = [
     ),
     Dependency("log", "(self, logs, start_time=None)", f"MiniGPTTrainer ({TRAINER})"),
     Dependency("store_flos", "(self)", f"_write_checkpoint_files ({CHECKPOINTS}) calls it"),
+    Dependency(
+        "create_accelerator_and_postprocess",
+        "(self)",
+        f"AtomicCheckpointTrainer ({CHECKPOINTS}) makes a CPU run FSDP after it and sets is_fsdp_enabled as "
+        "it does (minigpt/training/fsdp.py): check that the FSDP plugin still sets nothing else here",
+        source_sha256="d649720bec7e782a",
+    ),
 ]
 
 

@@ -36,6 +36,7 @@ from .callbacks import (
 from .hardware import tf32_matmuls, training_dtype
 from .interrupt import StopController
 from .late_dropout import LateDropoutCallback
+from .parameter_layout import ParameterLayoutCallback
 from .peak_flops import PeakFlops, resolve_peak_flops, store_peak_flops
 from .run_folder import METRICS_FILE, SAMPLES_FILE
 from .settings import RunConfig, effective_batch_size
@@ -90,6 +91,8 @@ def build_trainer(
             stop_controller=stop_controller,
         ),
     ]
+    if args.world_size > 1:  # whole copies or shards: the run says which
+        own_callbacks.append(ParameterLayoutCallback())
     if args.device.type == "cpu" and (torch.get_num_threads() > 1 or (max_threads or 0) > 1):
         # One thread cannot stall this way; a thread count the run chose moves with the free cores.
         # MFU is an absolute expectation only against a peak measured on quiet cores (or given).

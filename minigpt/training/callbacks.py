@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.fsdp import FSDPModule
 from tqdm.auto import tqdm
 from transformers import (
     PreTrainedTokenizerBase,
@@ -218,6 +219,10 @@ class SampleTextCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, model=None, **kwargs) -> None:
         stopping = self.stop_controller is not None and self.stop_controller.stop_requested
+        # A sharded model samples on every process (below), so all must agree whether to: by the
+        # step alone, as a stop one process saw first is agreed on only after this.
+        if isinstance(model, FSDPModule):
+            stopping = False
         if self.every and state.global_step % self.every == 0 and not stopping:
             self.sample(args, state, model)
 
@@ -241,11 +246,17 @@ class SampleTextCallback(TrainerCallback):
         ]
 
     def sample(self, args: TrainingArguments, state: TrainerState, model: torch.nn.Module) -> list[str]:
-        """Generate one continuation per prompt (main process only); returns the texts."""
+        """Generate one continuation per prompt (main process only); returns the texts.
+
+        A model sharded by FSDP2 gathers its weights in every forward pass, a collective: then
+        every process generates the same texts, and the main one writes them.
+        """
         self.last_sampled_step = state.global_step
-        if not state.is_world_process_zero or model is None:
+        if model is None or not (state.is_world_process_zero or isinstance(model, FSDPModule)):
             return []
         texts = self.texts_at(model, state.global_step)
+        if not state.is_world_process_zero:
+            return []
         block = "".join(
             f"--- step {state.global_step}, prompt {p!r} ---\n{t}\n"
             for p, t in zip(self.prompts, texts, strict=True)

@@ -33,6 +33,7 @@ from typing import Any
 import torch.distributed as dist
 import yaml
 from safetensors import safe_open
+from torch.distributed.checkpoint import FileSystemReader
 from transformers import Trainer
 from transformers.trainer_callback import ExportableState, TrainerState
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, SaveStrategy, rotate_checkpoints
@@ -42,6 +43,7 @@ from ..distributed import is_main_process
 from ..errors import ConfigError
 from ..progress import transformers_progress_bars
 from .callbacks import StopTrainingCallback
+from .fsdp import own_class, shard_on_cpu, without_tied_copies
 from .interrupt import StopController
 from .run_folder import (
     RESOLVED_CONFIG_NAME,
@@ -57,6 +59,8 @@ WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
 OPTIMIZER_NAME = "optimizer.pt"
 SCHEDULER_NAME = "scheduler.pt"
 SCALER_NAME = "scaler.pt"
+FSDP_MODEL_NAME = "pytorch_model_fsdp"  # accelerate's FSDP model state: `.bin`, or a `_0/` folder when sharded
+FSDP_OPTIMIZER_NAME = "optimizer.bin"  # accelerate's FSDP optimizer state (full); `optimizer_0/` when sharded
 COMPARED_SECTIONS = ("model", "tokenizer", "data")  # run-config sections a resume must not change
 # Keys of those sections that change how the data is prepared or shown, never what it is.
 RESUME_MAY_DIFFER = ("tokenizer.show_progress", "data.show_progress", "data.num_proc", "data.cache_dir")
@@ -87,6 +91,13 @@ class AtomicCheckpointTrainer(Trainer):
         self.stop_controller = stop_controller
         if stop_controller is not None:
             self.add_callback(StopTrainingCallback(stop_controller))
+
+    def create_accelerator_and_postprocess(self) -> None:
+        """Trainer's, then FSDP for CPU processes launched with an FSDP config, which accelerate
+        alone runs unsharded (fsdp.py)."""
+        super().create_accelerator_and_postprocess()
+        if shard_on_cpu(self.accelerator):
+            self.is_fsdp_enabled = True  # what Trainer sets from the state it has just read
 
     def restore_without_training(self, checkpoint: str | os.PathLike) -> None:
         """Load `checkpoint`'s weights and state (its step, its log history) and train nothing: what
@@ -161,6 +172,13 @@ class AtomicCheckpointTrainer(Trainer):
             if self.resolved_config is not None:
                 (staging_dir / RESOLVED_CONFIG_NAME).write_text(_config_text(self.resolved_config))
 
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        """Trainer's, with a sharded model saved as an unsharded one is (fsdp.py): as its own class,
+        not FSDP2's wrapper from torch (the folder's code and auto_map), and a tied weight once."""
+        model = self.accelerator.unwrap_model(self.model, keep_torch_compile=False)  # what Trainer saves
+        with own_class(model):
+            super()._save(output_dir, state_dict=without_tied_copies(model, state_dict))
+
     def _issue_warnings_after_load(self, load_result: Any) -> None:
         """Tied weights (`lm_head.weight`) are left out of `model.safetensors` by design: not missing."""
         tied = set(getattr(self.model, "all_tied_weights_keys", None) or ())
@@ -215,16 +233,17 @@ def checkpoint_problems(checkpoint_dir: str | os.PathLike) -> list[str]:
     and names the folder's step, `model.safetensors` (or its shards) has a valid header covering
     the whole file, and `optimizer.pt`, `scheduler.pt`, `scaler.pt` and every `rng_state*.pth` are
     whole torch archives. Trainer resumes silently and inexactly without these (measured).
+    Under FSDP the model and optimizer are accelerate's files instead (`_fsdp_problems`); DeepSpeed's
+    `global_stepN/` is left to its loader.
     """
     folder = Path(checkpoint_dir)
     if not folder.is_dir():
         return ["not a folder"]
     problems = []
     problems += _trainer_state_problems(folder)
-    # DeepSpeed (global_stepN/) and FSDP (pytorch_model_fsdp*) write their own model and optimizer
-    # layouts, which their loaders check; only the files common to all are checked for them.
-    sharded_engine = any(folder.glob("global_step*")) or any(folder.glob("pytorch_model_fsdp*"))
-    if not sharded_engine:
+    if any(folder.glob(f"{FSDP_MODEL_NAME}*")):  # FSDP: what resume loads is its own layout
+        problems += _fsdp_problems(folder)
+    elif not any(folder.glob("global_step*")):  # DeepSpeed's layout its loader checks; else Trainer's
         problems += _weights_problems(folder)
         for name in (OPTIMIZER_NAME, SCHEDULER_NAME):
             problems += _torch_archive_problems(folder / name)
@@ -271,6 +290,42 @@ def _weights_problems(folder: Path) -> list[str]:
                 weights.keys()
         except Exception:  # safetensors raises its own error type for every malformed file
             problems.append(f"{shard} is truncated or unreadable")
+    return problems
+
+
+def _fsdp_problems(folder: Path) -> list[str]:
+    """Accelerate's FSDP files, which resume loads (`model.safetensors` beside them is for
+    `from_pretrained`): a full state dict as one torch archive each (`pytorch_model_fsdp.bin`,
+    `optimizer.bin`), or a sharded one as a torch.distributed.checkpoint folder each
+    (`pytorch_model_fsdp_0/`, `optimizer_0/`: one file per process and their index)."""
+    problems = []
+    if (folder / WEIGHTS_NAME).exists() or (folder / WEIGHTS_INDEX_NAME).exists():
+        problems += _weights_problems(folder)
+    for full, sharded in ((f"{FSDP_MODEL_NAME}.bin", f"{FSDP_MODEL_NAME}_0"), (FSDP_OPTIMIZER_NAME, "optimizer_0")):
+        if (folder / sharded).is_dir():
+            problems += _distributed_checkpoint_problems(folder / sharded)
+        else:
+            problems += _torch_archive_problems(folder / full)
+    return problems + _torch_archive_problems(folder / SCHEDULER_NAME)
+
+
+def _distributed_checkpoint_problems(path: Path) -> list[str]:
+    """A torch.distributed.checkpoint folder: its `.metadata` (written last, by the coordinating
+    process) reads, and every file it indexes holds the bytes it says (each process wrote one)."""
+    try:
+        metadata = FileSystemReader(str(path)).read_metadata()
+    except Exception:  # a missing, truncated or foreign index: whatever torch raises for it
+        return [f"{path.name}/.metadata is missing or unreadable"]
+    ends: dict[str, int] = {}
+    for info in metadata.storage_data.values():
+        ends[info.relative_path] = max(ends.get(info.relative_path, 0), info.offset + info.length)
+    problems = []
+    for name, end in sorted(ends.items()):
+        size = (path / name).stat().st_size if (path / name).exists() else None
+        if size is None:
+            problems.append(f"{path.name}/{name} is missing")
+        elif size < end:
+            problems.append(f"{path.name}/{name} is truncated")
     return problems
 
 

@@ -10,6 +10,7 @@ from transformers import PreTrainedTokenizerBase, Trainer
 
 from ..atomic import atomic_output_dir
 from ..progress import transformers_progress_bars
+from .fsdp import own_class, without_tied_copies
 from .run_folder import RESOLVED_CONFIG_NAME
 from .settings import RunConfig
 
@@ -27,8 +28,9 @@ def save_final_model(
     """
     model = trainer.accelerator.unwrap_model(trainer.model)  # no DDP wrapper, no compiled module
     model.config.use_cache = True  # Trainer turned the KV cache off for training; generation wants it
-    with atomic_output_dir(final_dir) as staging, transformers_progress_bars(False):
-        model.save_pretrained(staging, state_dict=state_dict)
+    state_dict = without_tied_copies(model, state_dict)  # a gathered one holds a tied weight twice
+    with atomic_output_dir(final_dir) as staging, transformers_progress_bars(False), own_class(model):
+        model.save_pretrained(staging, state_dict=state_dict)  # as its own class, not FSDP2's wrapper
         tokenizer.save_pretrained(staging)
         (staging / RESOLVED_CONFIG_NAME).write_text(yaml.safe_dump(run.to_dict(), sort_keys=False))
     return final_dir

@@ -42,6 +42,7 @@ from .plotting import plot_loss_curves
 from .run_folder import FINAL_DIR, LOSS_PLOT_FILE, RESOLVED_CONFIG_NAME, SUMMARY_FILE
 from .run_start import RunStart, choose_start
 from .settings import RunConfig
+from .shared_folder import check_shared_output_dir
 from .summary import (
     EVALUATION_METRICS,
     TrainingResult,
@@ -83,6 +84,7 @@ def _run_training(
     check_optimizer_name(run.training)
     stop_controller = stop_controller or StopController()
     args = build_training_arguments(run)  # also sets up the process group under `accelerate launch`
+    check_shared_output_dir(run.training.output_dir)  # several machines: one folder for all of them
     # New, resumed or from a base: every check that can refuse the run, before anything is written.
     start = choose_start(run, resume, main=args.should_save)
     tokenizer, corpus = _tokenizer_and_data(start, args)
@@ -114,7 +116,9 @@ def _tokenizer_and_data(
 ) -> tuple[PreTrainedTokenizerBase, PreparedCorpus]:
     """The run's tokenizer (trained, loaded, or the base's) and its corpus as training blocks."""
     run = start.run
-    with args.main_process_first(desc="tokenizer and data"):  # one process trains and caches, others load
+    # The global main process first (it trains and caches, into shared folders), then the first
+    # process of each machine (a cache on a machine's own disk), then the rest load.
+    with args.main_process_first(local=False, desc="tokenizer and data"), args.main_process_first(desc="data"):
         if run.model.init_from is None:
             tokenizer = load_or_train_tokenizer(
                 run.tokenizer, run.data, new_path=start.own_tokenizer, checked=start.checked_tokenizer
