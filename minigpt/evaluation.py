@@ -69,7 +69,7 @@ class Window:
 
 @dataclass
 class EvaluationResult:
-    """What `evaluate_text` measured (the metric's output plus how it was measured)."""
+    """What `evaluate_stream` measured (the metric's output plus how it was measured)."""
 
     loss: float  # mean nats per scored prediction
     perplexity: float
