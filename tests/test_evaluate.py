@@ -213,9 +213,9 @@ def test_ten_shakespeare_passages_give_lm_evals_bits_per_byte(run, tokenizer, tm
 
 @pytest.fixture(scope="module")
 def documents_corpus(tmp_path_factory, tokenizer):
-    """Blocks of 32 tokens from 400 speeches as JSON-lines documents: separators inside blocks."""
+    """Blocks of 32 tokens from 200 speeches as JSON-lines documents: separators inside blocks."""
     folder = tmp_path_factory.mktemp("documents")
-    speeches = [s + "\n" for s in SHAKESPEARE.read_text()[:60_000].split("\n\n")[:400]]
+    speeches = [s + "\n" for s in SHAKESPEARE.read_text()[:30_000].split("\n\n")[:200]]
     data = write_jsonl(folder / "speeches.jsonl", speeches)
     settings = DataSettings(
         train_files=[str(data)], validation_fraction=0.25, block_size=32, cache_dir=str(folder / "cache")
@@ -226,7 +226,7 @@ def documents_corpus(tmp_path_factory, tokenizer):
 def training_evaluation(model, tokenizer, blocks, tmp_path) -> dict[str, float]:
     args = TrainingArguments(
         output_dir=str(tmp_path),
-        per_device_eval_batch_size=16,
+        per_device_eval_batch_size=32,
         report_to="none",
         use_cpu=True,
         prediction_loss_only=True,
@@ -270,6 +270,7 @@ def test_training_eval_bpb_counts_the_text_tokens_and_their_bytes_only(documents
         token_bytes=token_byte_lengths(tokenizer),
         window=32,
         packed=True,
+        batch_size=32,
         show_progress=False,
     )
     assert packed.loss == pytest.approx(metrics["eval_loss"], rel=1e-5)
