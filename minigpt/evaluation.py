@@ -1,19 +1,30 @@
-"""Loss, perplexity and bits per byte of a model over a whole text, as training measures them.
+"""Loss, perplexity and bits per byte of a model over a whole text, as lm-evaluation-harness scores it.
 
 The text is read and tokenized exactly as training's data pipeline does (`minigpt.data.sources`
-rows, `minigpt.data.packing.tokenize_batch`: EOS after each document), then cut into windows:
+rows, `minigpt.data.packing.tokenize_batch`): training's token stream, each document's tokens
+followed by one end-of-text token (EOS). It is then scored in one of two ways.
 
-- non-overlapping (stride == window, the default): windows of `window` tokens from the start of
-  the token stream, i.e. training's packed blocks, plus one last shorter window for the tail that
-  training drops. Each window predicts all its tokens but the first (no context for it).
-- sliding (stride < window): each window predicts only its last `stride` tokens, every one with
-  at least `window - stride` tokens of context; a lower, better estimate of the model's loss.
+- **Documents** (the default), as lm-eval's `loglikelihood_rolling`: each document on its own,
+  every token of it scored once, its first token conditioned on EOS (the separator before it;
+  the first document gets one too). Windows read `window` tokens (default: the model's context,
+  as lm-eval's `max_length`) and predict `window` tokens, the first of them from the last token of
+  the window before; the last window of a document reads back a full window. The separators
+  are never predicted. With `stride` < window each window predicts only its last `stride` tokens,
+  every one with at least window - stride tokens of context (fewer at a document's start).
+- **Packed** (`packed=True`): the stream as training's validation blocks read it, windows of
+  `window` tokens (default: the training block size) across document boundaries, each predicting
+  all its tokens but the first, separators included. On training's own split this is training's
+  evaluation (eval loss and eval_bpb), plus the last partial window, which training drops.
 
-Sums per window go through the `evaluate` metric shipped in `minigpt/metrics/bits_per_byte`,
-which gives bits per byte as training does: mean loss x tokens of the text / bytes / ln 2.
-With the default windows on training's validation split, the result differs from training's
-eval_bpb only by the tail window (fewer than `window` tokens): on configs/smoke.yaml's split
-(66,959 tokens) 4.384866 here against 4.384855 logged by training, 2.5e-6 relative.
+Bits per byte is the summed loss (nats) of the predicted tokens that encode the text, over the
+bytes those tokens encode, / ln 2 (`minigpt.training.text_scores`; the `evaluate` metric in
+`minigpt/metrics/bits_per_byte` adds up the windows): separators encode no byte and are left
+out, no token is counted at an average. Scoring documents predicts every token of the text, so the
+bytes are the text's own and the figure is lm-eval's `bits_per_byte` (-sum of log-likelihoods /
+bytes / ln 2, over all documents). `loss` is the mean over the predictions scored, `perplexity`
+its exp. `eval_tokens` scores a fixed, seeded sample of `eval_tokens // window` windows instead,
+as `training.eval_tokens` does with blocks (packed, on training's split, with training's seed:
+the same blocks training evaluates).
 """
 
 from __future__ import annotations
@@ -33,94 +44,125 @@ from tqdm.auto import tqdm
 
 from .data.packing import data_tokenizer, tokenize_batch
 from .data.settings import DataSettings
-from .data.sources import arrow_batches, load_raw_corpus, resolve_files
+from .data.sources import arrow_batches, load_raw_corpus, plural, resolve_files
+from .data.token_bytes import token_byte_lengths
 from .errors import ConfigError, DataError
 from .hub.loading import load_model, load_tokenizer
 from .progress import datasets_progress_bars
 from .training.checkpoints import RESOLVED_CONFIG_NAME
 from .training.run_config import build_section
+from .training.text_scores import IGNORE_INDEX, SCORE_COLUMNS, next_token_scores
+from .training.validation_sample import sample_indices
 
 METRIC_PATH = Path(__file__).resolve().parent / "metrics" / "bits_per_byte"
 
 
 @dataclass(frozen=True)
 class Window:
-    """One forward pass: tokens [start, end) of the stream; the last `targets` of them are scored."""
+    """One forward pass over tokens [start, end) of the stream: the model reads [start, end - 1)
+    and predicts [start + 1, end); the last `targets` predictions are scored."""
 
     start: int
     end: int
-    targets: int  # tokens predicted (at most end - start - 1)
+    targets: int  # tokens predicted and scored (at most end - start - 1)
 
 
 @dataclass
 class EvaluationResult:
-    """What `evaluate_text` measured (the metric's output plus how it was measured)."""
+    """What `evaluate_stream` measured (the metric's output plus how it was measured)."""
 
-    loss: float  # mean nats per predicted token
+    loss: float  # mean nats per scored prediction
     perplexity: float
-    bits_per_byte: float
-    num_tokens: int  # tokens predicted
-    num_text_tokens: int  # tokens the text encodes to (EOS per document included)
-    num_bytes: int  # UTF-8 bytes of the text
-    num_windows: int
+    bits_per_byte: float  # nats of the scored text tokens / their bytes / ln 2
+    num_tokens: int  # predictions scored
+    num_text_tokens: int  # of them, tokens that encode text (not a separator)
+    num_bytes: int  # UTF-8 bytes those text tokens encode
+    num_documents: int
+    num_stream_tokens: int  # tokens the text encodes to, one EOS per document included
+    text_bytes: int  # UTF-8 bytes of the whole text
+    num_windows: int  # windows scored
+    num_windows_planned: int  # windows covering the whole text (more than num_windows in a sample)
     window: int
     stride: int
+    packed: bool
     source: str
 
     @property
     def method(self) -> str:
-        if self.stride == self.window:
-            return f"non-overlapping windows of {self.window} tokens"
-        return f"sliding windows of {self.window} tokens, stride {self.stride}"
+        how = "documents as packed in training" if self.packed else "each document on its own"
+        if self.stride != self.window:
+            return f"{how}, sliding windows of {self.window} tokens, stride {self.stride}"
+        overlap = "non-overlapping" if self.packed else "rolling"
+        return f"{how}, {overlap} windows of {self.window} tokens"
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "method": self.method}
 
 
 def plan_windows(num_tokens: int, window: int, stride: int) -> list[Window]:
-    """Windows that score every token of the stream but the first, each exactly once."""
-    if window < 2 or not 1 <= stride <= window:
-        raise ConfigError(f"need window >= 2 and 1 <= stride <= window, got window={window}, stride={stride}")
+    """Windows that predict every token of the stream but the first, each exactly once, reading at
+    most `window` tokens; stride == window gives lm-eval's rolling windows (context_len 1)."""
+    if window < 1 or not 1 <= stride <= window:
+        raise ConfigError(f"need window >= 1 and 1 <= stride <= window, got window={window}, stride={stride}")
     windows: list[Window] = []
-    scored_to = 1  # the first token of the stream has no context and is never scored
-    if stride == window:
-        for start in range(0, num_tokens, window):
-            end = min(start + window, num_tokens)
-            if end - start >= 2:
-                windows.append(Window(start, end, end - start - 1))
-        return windows
+    scored_to = 1  # the first token of the stream is context only
     while scored_to < num_tokens:
-        end = min(max(scored_to + stride, window), num_tokens)
-        start = max(0, end - window)
+        end = min(max(scored_to + stride, window + 1), num_tokens)
+        start = max(0, end - window - 1)
         windows.append(Window(start, end, end - scored_to))
         scored_to = end
     return windows
 
 
-def window_nll(model: torch.nn.Module, input_ids: torch.Tensor, targets: list[int]) -> torch.Tensor:
-    """Summed next-token cross-entropy (nats) of the last `targets[i]` tokens of each row.
+def block_windows(num_tokens: int, window: int) -> list[Window]:
+    """Training's blocks: consecutive windows of `window` tokens (the last one shorter), each
+    predicting all its tokens but the first."""
+    if window < 2:
+        raise ConfigError(f"packed windows need window >= 2, got {window}")
+    spans = ((start, min(start + window, num_tokens)) for start in range(0, num_tokens, window))
+    return [Window(start, end, end - start - 1) for start, end in spans if end - start >= 2]
 
-    input_ids: (B, T), rows of equal length. Returns (B,) float64. The model's own loss is a mean
-    over the batch; per-window sums need reduction="none", hence the cross-entropy here.
+
+def document_windows(tokens: np.ndarray, eos_id: int, window: int, stride: int) -> tuple[list[Window], int]:
+    """Windows over `tokens` = [EOS] + training's stream that score each document on its own
+    (`plan_windows` from the EOS before it, to its last text token), and the number of documents."""
+    separators = np.flatnonzero(tokens == eos_id).tolist() + [len(tokens)]  # [0, ..., len]
+    windows: list[Window] = []
+    documents = 0
+    for start, end in zip(separators[:-1], separators[1:], strict=True):
+        if end - start >= 2:  # the EOS before it and at least one token
+            documents += 1
+            windows += [
+                Window(start + w.start, start + w.end, w.targets) for w in plan_windows(end - start, window, stride)
+            ]
+    return windows, documents
+
+
+def score_windows(
+    model: torch.nn.Module, tokens: torch.Tensor, windows: list[Window], token_bytes: torch.Tensor
+) -> torch.Tensor:
+    """(B, 5) `next_token_scores` of each window: one forward pass, rows right-padded to the longest.
+
+    Padding after a row's last token changes none of its predictions (causal attention).
     """
-    logits = model(input_ids=input_ids).logits.float()  # (B, T, V)
-    nll = torch.nn.functional.cross_entropy(
-        logits[:, :-1].transpose(1, 2), input_ids[:, 1:], reduction="none"
-    )  # (B, T-1): nll[:, t] scores token t+1
-    T = input_ids.shape[1]
-    positions = torch.arange(T - 1, device=nll.device)  # (T-1,)
-    first = torch.tensor([T - 1 - k for k in targets], device=nll.device)[:, None]  # (B, 1)
-    return (nll * (positions[None, :] >= first)).sum(dim=1).double()
+    width = max(w.end - w.start for w in windows) - 1  # positions the model reads
+    inputs = torch.zeros(len(windows), width, dtype=torch.long)  # (B, width)
+    targets = torch.full((len(windows), width), IGNORE_INDEX, dtype=torch.long)  # (B, width)
+    for row, w in enumerate(windows):
+        span = tokens[w.start : w.end]
+        reads = len(span) - 1
+        inputs[row, :reads] = span[:-1]
+        targets[row, reads - w.targets : reads] = span[len(span) - w.targets :]
+    device = next(model.parameters()).device
+    logits = model(input_ids=inputs.to(device)).logits  # (B, width, V)
+    return next_token_scores(logits, targets.to(device), token_bytes)
 
 
 def _batches(windows: list[Window], batch_size: int) -> Iterator[list[Window]]:
-    """Equal-length windows together (all but possibly the first and last are full length)."""
-    by_length: dict[int, list[Window]] = {}
-    for w in windows:
-        by_length.setdefault(w.end - w.start, []).append(w)
-    for group in by_length.values():
-        for i in range(0, len(group), batch_size):
-            yield group[i : i + batch_size]
+    """Windows of similar length together, longest first: little padding."""
+    ordered = sorted(windows, key=lambda w: w.end - w.start, reverse=True)
+    for i in range(0, len(ordered), batch_size):
+        yield ordered[i : i + batch_size]
 
 
 def token_stream(split, tokenizer) -> np.ndarray:
@@ -177,34 +219,55 @@ def load_split(
 def evaluate_stream(
     model: torch.nn.Module,
     ids: np.ndarray,
-    num_bytes: int,
+    *,
+    eos_token_id: int,
+    token_bytes: np.ndarray,
     window: int,
     stride: int | None = None,
+    packed: bool = False,
     batch_size: int = 8,
+    text_bytes: int | None = None,
+    eval_tokens: int | None = None,
+    seed: int = 0,
     source: str = "",
     show_progress: bool = True,
 ) -> EvaluationResult:
-    """Score a token stream with `model` and report through the bits-per-byte metric."""
+    """Score training's token stream `ids` with `model` and report through the bits-per-byte metric.
+
+    `token_bytes`: UTF-8 bytes per token id (`minigpt.data.token_bytes`). `text_bytes`: the text's
+    own size; when every token of it is scored (documents, no sample) it is what bits per byte
+    divides by (exact for any tokenizer), else the scored tokens' bytes are.
+    """
     import evaluate
 
     stride = stride or window
-    windows = plan_windows(len(ids), window, stride)
+    if packed:
+        tokens = np.asarray(ids, dtype=np.int64)
+        windows = block_windows(len(tokens), window) if stride == window else plan_windows(len(tokens), window, stride)
+        documents = int(np.count_nonzero(tokens == eos_token_id))
+    else:  # the first document is conditioned on an EOS too, as lm-eval's prefix token
+        tokens = np.concatenate([[eos_token_id], np.asarray(ids, dtype=np.int64)])
+        windows, documents = document_windows(tokens, eos_token_id, window, stride)
     if not windows:
-        raise DataError(f"{source or 'the text'} has {len(ids)} tokens; at least 2 are needed")
+        raise DataError(f"{source or 'the text'} has {len(ids)} tokens: nothing to predict")
+    planned = len(windows)
+    if eval_tokens is not None:  # as training.eval_tokens draws blocks: a partial block never
+        partial = packed and stride == window and windows[-1].end - windows[-1].start < window
+        population = windows[:-1] if partial and len(windows) > 1 else windows
+        count = max(1, eval_tokens // window)
+        windows = [population[i] for i in sample_indices(len(population), count, seed)]
     metric = evaluate.load(str(METRIC_PATH), keep_in_memory=True)  # a local module: no network
-    device = next(model.parameters()).device
-    stream = torch.as_tensor(ids, dtype=torch.long)
+    stream, table = torch.as_tensor(tokens), torch.as_tensor(token_bytes)
     bar = tqdm(total=len(windows), desc="evaluating", unit=" windows", disable=not show_progress)
     with torch.inference_mode():
         for batch in _batches(windows, batch_size):
-            input_ids = torch.stack([stream[w.start : w.end] for w in batch]).to(device)  # (B, T)
-            targets = [w.targets for w in batch]
-            sums = window_nll(model, input_ids, targets)
-            metric.add_batch(nll_sum=sums.tolist(), num_tokens=targets)
+            scores = score_windows(model, stream, batch, table).double().cpu().numpy()  # (B, 5)
+            metric.add_batch(**{name: scores[:, i].tolist() for i, name in enumerate(SCORE_COLUMNS)})
             bar.update(len(batch))
     bar.close()
+    whole = not packed and len(windows) == planned  # every token of the text scored
     with datasets_progress_bars(False):  # the metric's own Arrow table is no work a user waits for
-        scores = metric.compute(num_bytes=num_bytes, num_text_tokens=len(ids))
+        scores = metric.compute(text_bytes=text_bytes if whole else None)
     return EvaluationResult(
         loss=scores["loss"],
         perplexity=scores["perplexity"],
@@ -212,9 +275,14 @@ def evaluate_stream(
         num_tokens=scores["num_tokens"],
         num_text_tokens=scores["num_text_tokens"],
         num_bytes=scores["num_bytes"],
+        num_documents=documents,
+        num_stream_tokens=len(ids),
+        text_bytes=int(text_bytes if text_bytes is not None else np.asarray(token_bytes)[ids].sum()),
         num_windows=len(windows),
+        num_windows_planned=planned,
         window=window,
         stride=stride,
+        packed=packed,
         source=source,
     )
 
@@ -225,47 +293,89 @@ def evaluate_model(
     split: str | None = None,
     window: int | None = None,
     stride: int | None = None,
+    packed: bool = False,
     batch_size: int | None = None,
+    eval_tokens: int | None = None,
+    seed: int | None = None,
     cache_dir: str | None = None,
     show_progress: bool = True,
 ) -> EvaluationResult:
     """Evaluate the model at `location` (minigpt.hub.loading) on `data` files or its run's `split`.
 
-    Defaults come from the resolved training config beside the model: window = data.block_size,
-    batch size = hardware.per_device_eval_batch_size; without one, the model's context and 8.
+    Defaults come from the resolved training config beside the model: window = the model's context
+    (packed: data.block_size), batch size = hardware.per_device_eval_batch_size, seed =
+    training.seed; without one, the model's context, 8 and 0.
     """
     from accelerate import PartialState
 
     if data is not None:
         resolve_files([str(data)], "evaluation")  # a missing or empty path fails before the model loads
+    if eval_tokens is not None and eval_tokens <= 0:
+        raise ConfigError(f"--eval-tokens must be positive, got {eval_tokens}")
     run_config = read_run_config(location.local_dir)
     model = load_model(location).to(PartialState().device)
     tokenizer = load_tokenizer(location)
-    window = (
-        window or (run_config.get("data") or {}).get("block_size") or model.config.max_position_embeddings
-    )
-    if window > model.config.max_position_embeddings:
-        raise ConfigError(
-            f"window {window} exceeds the model's context ({model.config.max_position_embeddings})"
-        )
+    if tokenizer.eos_token_id is None:
+        raise ConfigError("the tokenizer has no eos_token; documents cannot be separated")
+    context = model.config.max_position_embeddings
+    block_size = (run_config.get("data") or {}).get("block_size")
+    window = window or ((block_size or context) if packed else context)
+    if window > context:
+        raise ConfigError(f"window {window} exceeds the model's context ({context})")
     batch_size = batch_size or (run_config.get("hardware") or {}).get("per_device_eval_batch_size") or 8
+    seed = seed if seed is not None else (run_config.get("training") or {}).get("seed", 0)
     with tempfile.TemporaryDirectory(prefix="minigpt-eval-") as scratch:
         # datasets' Arrow copy of the text goes to a scratch folder, not into the current one.
         raw = load_split(data, split, run_config, cache_dir or scratch)
         ids = token_stream(raw, tokenizer)
-        num_bytes = raw.bytes
+        text_bytes = raw.bytes
         del raw  # release the memory-mapped Arrow file before the folder goes
     source = str(data) if data is not None else f"the {split} split of the training data"
-    return evaluate_stream(model, ids, num_bytes, window, stride, batch_size, source, show_progress)
+    return evaluate_stream(
+        model,
+        ids,
+        eos_token_id=tokenizer.eos_token_id,
+        token_bytes=token_byte_lengths(tokenizer),
+        window=window,
+        stride=stride,
+        packed=packed,
+        batch_size=batch_size,
+        text_bytes=text_bytes,
+        eval_tokens=eval_tokens,
+        seed=seed,
+        source=source,
+        show_progress=show_progress,
+    )
+
+
+def describe_result(result: EvaluationResult, model: str) -> list[str]:
+    """The lines scripts/evaluate.py prints."""
+    sample = ""
+    if result.num_windows < result.num_windows_planned:
+        sample = f"; a fixed sample of {result.num_windows:,} of {result.num_windows_planned:,} windows"
+    return [
+        f"model:          {model}",
+        f"text:           {result.source} ({result.text_bytes:,} bytes, "
+        f"{plural(result.num_documents, 'document')}, {result.num_stream_tokens:,} tokens with separators)",
+        f"method:         {result.method}{sample}",
+        f"scored:         {result.num_tokens:,} predictions, {result.num_text_tokens:,} of them "
+        f"text tokens encoding {result.num_bytes:,} bytes",
+        f"loss:           {result.loss:.4f} nats/token",
+        f"perplexity:     {result.perplexity:.3f}",
+        f"bits per byte:  {result.bits_per_byte:.4f}",
+    ]
 
 
 __all__ = [
     "METRIC_PATH",
     "EvaluationResult",
     "Window",
+    "block_windows",
+    "describe_result",
+    "document_windows",
     "evaluate_model",
     "evaluate_stream",
     "plan_windows",
+    "score_windows",
     "token_stream",
-    "window_nll",
 ]

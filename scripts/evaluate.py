@@ -2,12 +2,16 @@
 
     python scripts/evaluate.py runs/shakespeare --data data/tinyshakespeare.txt
     python scripts/evaluate.py runs/shakespeare --split validation      # the run's own split
+    python scripts/evaluate.py runs/shakespeare --split validation --packed   # as training evaluates
     python scripts/evaluate.py me/shakespeare-gpt --hub-dir hub --revision v1 --data notes/ --json
 
 MODEL is a model folder, a run or checkpoint folder, or ORG/NAME in a hub folder. The text is
-tokenized as training does and scored in non-overlapping windows of the training block size
-(training's blocks), or in sliding windows with --stride. Bits per byte agree with training's
-eval_bpb on the same split up to the last partial window, which training leaves out.
+tokenized as training does. By default each document is scored on its own as lm-evaluation-harness's
+loglikelihood_rolling scores it (every token, the first conditioned on end-of-text, windows of the
+model's context), so bits per byte equals lm-eval's bits_per_byte; --packed scores the documents as
+training's validation blocks read them (windows of the training block size), which gives training's
+eval_bpb. Bits per byte is the loss of the tokens that encode the text over the bytes they encode.
+Everything is scored unless --eval-tokens asks for a fixed, seeded sample of the windows.
 """
 
 from __future__ import annotations
@@ -36,17 +40,32 @@ def parse_args() -> argparse.Namespace:
         "--split", choices=("train", "validation"), help="a split of the model's training data"
     )
     parser.add_argument(
-        "--window", type=int, default=None, help="tokens per window (default: training block size)"
+        "--window",
+        type=int,
+        default=None,
+        help="tokens a window reads (default: the model's context; --packed: the training block size)",
     )
     parser.add_argument("--stride", type=int, default=None, help="sliding-window stride (default: = window)")
+    parser.add_argument(
+        "--packed",
+        action="store_true",
+        help="score the documents packed as training's blocks (window: the training block size)",
+    )
     parser.add_argument("--batch-size", type=int, default=None, help="windows per forward pass")
+    parser.add_argument(
+        "--eval-tokens",
+        type=int,
+        default=None,
+        help="score a fixed sample of EVAL_TOKENS // window windows (default: all), as training.eval_tokens",
+    )
+    parser.add_argument("--seed", type=int, default=None, help="the sample's seed (default: training.seed, else 0)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     return parser.parse_args()
 
 
 def main() -> None:
     args = parse_args()
-    from minigpt.evaluation import evaluate_model  # heavy: only once the arguments are good
+    from minigpt.evaluation import describe_result, evaluate_model
     from minigpt.hub.loading import resolve_model
 
     location = resolve_model(args.model, hub_dir=args.hub_dir, revision=args.revision)
@@ -56,18 +75,17 @@ def main() -> None:
         split=args.split,
         window=args.window,
         stride=args.stride,
+        packed=args.packed,
         batch_size=args.batch_size,
+        eval_tokens=args.eval_tokens,
+        seed=args.seed,
         show_progress=not args.json,
     )
     if args.json:
         print(json.dumps({"model": args.model, "revision": location.revision, **result.to_dict()}, indent=2))
         return
-    print(f"model:          {args.model}" + (f" @ {location.revision}" if location.revision else ""))
-    print(f"text:           {result.source} ({result.num_bytes:,} bytes, {result.num_text_tokens:,} tokens)")
-    print(f"method:         {result.method} ({result.num_windows:,} windows, {result.num_tokens:,} scored)")
-    print(f"loss:           {result.loss:.4f} nats/token")
-    print(f"perplexity:     {result.perplexity:.3f}")
-    print(f"bits per byte:  {result.bits_per_byte:.4f}")
+    name = args.model + (f" @ {location.revision}" if location.revision else "")
+    print("\n".join(describe_result(result, name)))
 
 
 if __name__ == "__main__":

@@ -60,9 +60,9 @@ def slow_packing(swallow_first_interrupt: bool = False) -> None:
 
 
 def slow_evaluation() -> None:
-    from transformers import Trainer
+    from minigpt.training.trainer import MiniGPTTrainer  # its prediction_step scores each block itself
 
-    real = Trainer.prediction_step
+    real = MiniGPTTrainer.prediction_step
 
     def prediction_step(self, *args, **kwargs):
         if self.state.global_step > 0:  # the evaluations inside training
@@ -70,7 +70,7 @@ def slow_evaluation() -> None:
             time.sleep(0.3)
         return real(self, *args, **kwargs)
 
-    Trainer.prediction_step = prediction_step
+    MiniGPTTrainer.prediction_step = prediction_step
 
 
 def slow_saving() -> None:

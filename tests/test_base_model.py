@@ -129,13 +129,13 @@ def test_a_run_from_a_base_starts_at_the_bases_loss_on_the_new_text(work, base, 
     step0 = next(r for r in records if r.get("step") == 0 and "eval_loss" in r)
     first_loss = next(r["loss"] for r in records if "loss" in r)
 
-    # scripts/evaluate.py of the base on the new validation text: the same figure.
+    # scripts/evaluate.py --packed (as training's blocks) of the base on the new validation text: the same figure.
     evaluated = run_cli(
-        "scripts/evaluate.py", str(base), "--data", str(new_text[1]), "--json", env=subprocess_env
+        "scripts/evaluate.py", str(base), "--data", str(new_text[1]), "--packed", "--json", env=subprocess_env
     )
     assert evaluated.returncode == 0, evaluated.stderr
     figures = json.loads(evaluated.stdout)
-    assert figures["num_text_tokens"] % BLOCK in (0, 1)  # the same windows as training's blocks
+    assert figures["window"] == BLOCK and figures["num_stream_tokens"] % BLOCK in (0, 1)  # training's blocks
     assert abs(step0["eval_loss"] - figures["loss"]) < 1e-5, (step0, figures)
     assert abs(step0["eval_bpb"] - figures["bits_per_byte"]) < 1e-5
 
@@ -400,6 +400,8 @@ def test_a_stock_transformers_folder_is_a_base(work, new_text, kind):
     )
     result = run_training(run)
     step0 = next(r for r in result.log_history if r.get("step") == 0 and "eval_loss" in r)
-    stock = evaluate_model(resolve_model(folder), data=str(validation), window=BLOCK, show_progress=False)
+    stock = evaluate_model(
+        resolve_model(folder), data=str(validation), window=BLOCK, packed=True, show_progress=False
+    )
     assert abs(step0["eval_loss"] - stock.loss) < 1e-5
     assert result.base_model["model_type"] == kind

@@ -160,10 +160,20 @@ def test_time_limit_stops_training_at_the_first_step_past_its_budget():
     assert seconds_per_step([5.0, 5.1, 5.3, 5.5, 5.7, 5.9]) == pytest.approx(0.2)  # warm-up third left out
 
 
-def test_gpt2_at_budget_trains_for_its_seconds_and_scores_bits_per_byte_as_the_project(tiny_run):
+def test_gpt2_at_budget_trains_for_its_seconds_and_scores_bits_per_byte_as_the_project(tiny_run, monkeypatch):
+    from transformers import Trainer
+
     from minigpt.benchmarks.contenders import load_blocks
     from minigpt.benchmarks.quality import GPT2Recipe, gpt2_at_budget
 
+    scored = {}  # the trained model, as Trainer.predict scores it
+    real_predict = Trainer.predict
+
+    def predict(self, *args, **kwargs):
+        scored["model"] = self.model
+        return real_predict(self, *args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "predict", predict)
     hardware = dataclasses.replace(tiny_run.hardware, per_device_eval_batch_size=256)  # a faster evaluation
     result = gpt2_at_budget(
         dataclasses.replace(tiny_run, hardware=hardware), seconds=1.0, recipe=GPT2Recipe(calibration_steps=6)
@@ -175,8 +185,16 @@ def test_gpt2_at_budget_trains_for_its_seconds_and_scores_bits_per_byte_as_the_p
         assert result["steps"] == result["planned_steps"]
     assert result["precision"] == "fp32" and result["batch"] == 2 and result["block_size"] == 16
     assert result["recipe"]["optim"].startswith("adamw")
-    stats = load_blocks(tiny_run)[1].validation_stats  # loss x tokens / bytes / ln 2, as training reports
-    assert result["eval_bpb"] == _approx(result["eval_loss"] * stats.tokens / stats.bytes / math.log(2))
+    # As training reports it: the loss of the predicted tokens that encode text over their bytes.
+    tokenizer, corpus = load_blocks(tiny_run)
+    rows = torch.as_tensor(corpus.validation.with_format("numpy")[:]["input_ids"], dtype=torch.long)
+    with torch.no_grad():
+        logprobs = torch.log_softmax(scored["model"](rows).logits[:, :-1].double(), dim=-1)
+    targets = rows[:, 1:]
+    text = targets != tokenizer.eos_token_id
+    nats = -logprobs.gather(2, targets[..., None])[..., 0][text].sum().item()
+    num_bytes = sum(len(tokenizer.decode(r[k]).encode()) for r, k in zip(targets, text, strict=True))
+    assert result["eval_bpb"] == pytest.approx(nats / num_bytes / math.log(2), rel=1e-5)
 
 
 def test_quality_rows_show_the_budget_both_scores_and_the_gap():

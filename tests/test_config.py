@@ -175,6 +175,7 @@ BAD_OVERRIDES = [
     ("training.muon_weight_decay=-0.1", "training.muon_weight_decay", ">= 0"),
     ("training.muon_ns_steps=0", "training.muon_ns_steps", "1..99"),
     ("training.muon_adjust_lr=match_rms", "training.muon_adjust_lr", "match_rms_adamw"),
+    ("training.eval_tokens=0", "training.eval_tokens", "positive or null"),
 ]
 
 

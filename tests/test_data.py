@@ -15,7 +15,7 @@ from conftest import load_script
 
 from minigpt.data import corpus, packing
 from minigpt.data.compatibility import check_block_size, check_compatible
-from minigpt.data.corpus import SplitStats, prepare_corpus
+from minigpt.data.corpus import prepare_corpus
 from minigpt.data.settings import DataSettings, TokenizerSettings
 from minigpt.data.sources import iter_texts, iter_train_texts, load_raw_corpus
 from minigpt.data.tokenizer import train_tokenizer
@@ -365,11 +365,6 @@ def test_check_compatible(tmp_path, tokenizer):
     )
     with pytest.raises(ConfigError, match="another tokenizer"):
         check_compatible(other, 400, corpus=corpus)
-
-
-def test_bits_per_byte():
-    stats = SplitStats(documents=1, bytes=1000, tokens=400, blocks=3, dropped_tokens=16)
-    assert stats.bits_per_byte(np.log(2)) == pytest.approx(0.4)  # 1 bit/token x 0.4 tokens/byte
 
 
 # ---- CLI: one line, exit code 2 ------------------------------------------------------------------

@@ -3,13 +3,15 @@
 The same global batch of 8 must give the same loss curve whether it is 1 process x 8,
 1 process x 4 x 2 accumulation steps, or 2 processes x 4; only the main process prints and writes;
 a signal to one process stops both at the same step with one complete checkpoint; a user error is
-one line. The real CLI on two processes, two machines and FSDP2: tests/test_distributed_runs.py.
+one line; the real CLI evaluates one seeded sample, shared by both processes. Two machines and
+FSDP2: tests/test_distributed_runs.py.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import resume_worker
+import torch
 from conftest import PYTHON, REPO_ROOT
 
 from minigpt.training.checkpoints import checkpoint_problems, list_checkpoints
@@ -164,6 +167,55 @@ def test_a_signal_to_one_process_stops_both_at_the_same_step(tmp_path, subproces
         "rng_state_1.pth",
     ]
     assert "step 4" not in output
+
+
+def test_cli_runs_on_two_processes_and_exits_cleanly(tmp_path, subprocess_env):
+    output_dir = tmp_path / "smoke"
+    overrides = [f"training.output_dir={output_dir}", f"tokenizer.path={tmp_path / 'tokenizer'}"]
+    overrides += [
+        "training.max_steps=4",
+        "training.warmup_steps=2",
+        "training.save_steps=4",
+        "training.eval_steps=4",
+        "training.sample_steps=4",
+        "training.eval_tokens=2048",  # 64 of the 2,092 validation blocks
+        "hardware.per_device_eval_batch_size=8",  # 8 batches: each process evaluates 4 of them
+        "hardware.bf16=false",  # fp32: the evaluation below compares to 1e-5
+    ]
+    command = [*accelerate_two_processes(), "scripts/train.py", "configs/smoke.yaml", *overrides]
+    run = subprocess.run(
+        command, cwd=REPO_ROOT, env=subprocess_env, capture_output=True, text=True, timeout=600
+    )
+
+    assert run.returncode == 0, run.stdout + run.stderr  # no SIGABRT at exit: the group was destroyed
+    assert run.stdout.count("done: 4 steps") == 1  # only the main process prints the summary
+    assert "2 process(es)" in run.stdout
+    assert checkpoint_problems(output_dir / "checkpoint-4") == []
+    assert sorted(p.name for p in (output_dir / "checkpoint-4").glob("rng_state*")) == [
+        "rng_state_0.pth",
+        "rng_state_1.pth",
+    ]
+    assert (output_dir / "final" / "model.safetensors").exists()
+
+    # Both processes evaluated one seeded sample, each its shard of it: the final eval loss is the
+    # final model's loss on exactly those blocks.
+    from transformers import AutoModelForCausalLM
+
+    from minigpt.data.corpus import load_prepared
+    from minigpt.training.validation_sample import sample_indices
+
+    blocks_dir = re.search(r"(?:preparing|reusing prepared) blocks in (\S+)", run.stdout).group(1)
+    validation = load_prepared(REPO_ROOT / blocks_dir).validation
+    assert run.stdout.count(f"a fixed sample of 64 of {len(validation):,} validation blocks") == 1
+    rows = validation.select(sample_indices(len(validation), 64, seed=0))["input_ids"]
+    sample = torch.tensor(rows, dtype=torch.long)  # (64, 32)
+    model = AutoModelForCausalLM.from_pretrained(output_dir / "final", trust_remote_code=True).eval()
+    with torch.no_grad():
+        expected = model(input_ids=sample, labels=sample).loss.item()
+    records = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
+    final = [r for r in records if "eval_loss" in r][-1]
+    assert (final["step"], final["eval_blocks"]) == (4, 64)
+    assert final["eval_loss"] == pytest.approx(expected, rel=1e-5)
 
 
 def test_a_user_error_on_two_processes_is_one_line_printed_once(tmp_path, subprocess_env):

@@ -103,6 +103,11 @@ PRIVATE_METHODS = [
         f"AtomicCheckpointTrainer._save_checkpoint ({CHECKPOINTS}) calls it after the rename",
     ),
     Dependency(
+        "_prepare_inputs",
+        "(self, inputs)",
+        f"MiniGPTTrainer.prediction_step ({TRAINER}) calls it to put an evaluation batch on the device",
+    ),
+    Dependency(
         "save_model",
         "(self, output_dir=None, _internal_call=False)",
         f"_write_checkpoint_files ({CHECKPOINTS}) calls it with the private _internal_call=True, as Trainer does",
@@ -127,6 +132,11 @@ OVERRIDDEN_PUBLIC_METHODS = [
     ),
     Dependency(
         "evaluate", "(self, eval_dataset=None, ignore_keys=None, metric_key_prefix='eval')", f"MiniGPTTrainer ({TRAINER})"
+    ),
+    Dependency(
+        "evaluation_loop",
+        "(self, dataloader, description, prediction_loss_only=None, ignore_keys=None, metric_key_prefix='eval')",
+        f"MiniGPTTrainer ({TRAINER}): bits per byte from the gathered per-block sums prediction_step returns",
     ),
     Dependency("log", "(self, logs, start_time=None)", f"MiniGPTTrainer ({TRAINER})"),
     Dependency("store_flos", "(self)", f"_write_checkpoint_files ({CHECKPOINTS}) calls it"),

@@ -5,9 +5,9 @@ seconds its `Trainer.train()` took (`train_runtime`: steps, and its periodic eva
 and checkpoints; not imports, tokenizer training, data preparation or the final save). GPT-2 of
 the same size (`gpt2_twin`) then trains in its own worker process (`worker.py`) under a stock
 `Trainer` with a good recipe (`GPT2Recipe`) on the same blocks, with the same tokenizer, CPU settings
-and precision rule, until `TimeLimitCallback` spends that budget; both are scored the same way: the
-Trainer's mean token loss on the same validation blocks, as bits per UTF-8 byte
-(`SplitStats.bits_per_byte`: loss x tokens / bytes / ln 2).
+and precision rule, until `TimeLimitCallback` spends that budget; both are scored the same way on
+the same validation blocks: the Trainer's mean token loss, and bits per UTF-8 byte from the per-block
+sums of `minigpt.training.text_scores` (the loss of the tokens that encode text over their bytes).
 
 A cosine schedule needs its length up front, and one sized by a huge `max_steps` would never
 decay: an untimed calibration run first measures GPT-2's seconds per step, `max_steps` is the
@@ -86,9 +86,12 @@ def gpt2_at_budget(run: RunConfig, seconds: float, recipe: GPT2Recipe | None = N
     """Train GPT-2 of the run's size on the run's blocks for `seconds` of `Trainer.train()`, then
     score it on the validation blocks; the run's CPU settings must already be applied."""
     import datasets
+    import torch
     from transformers import AutoModelForCausalLM, Trainer, default_data_collator, set_seed
 
+    from ..data.token_bytes import token_byte_lengths
     from ..training.hardware import resolve_hardware
+    from ..training.text_scores import bits_per_byte, block_targets, next_token_scores
     from .contenders import block_array, load_blocks
     from .gpt2_twin import gpt2_twin_config
 
@@ -139,7 +142,13 @@ def gpt2_at_budget(run: RunConfig, seconds: float, recipe: GPT2Recipe | None = N
     limit = TimeLimitCallback(seconds)
     trainer = trainer_for(planned, limit)
     train_runtime = trainer.train().metrics["train_runtime"]
-    eval_loss = trainer.evaluate(validation)["eval_loss"]  # mean token loss, as the default run's eval
+    token_bytes = torch.as_tensor(token_byte_lengths(tokenizer))
+    # The stock Trainer's hook turns each batch's logits into per-block sums, as the default run's eval.
+    trainer.preprocess_logits_for_metrics = lambda logits, labels: next_token_scores(
+        logits, block_targets(labels), token_bytes
+    )
+    scored = trainer.predict(validation)  # mean token loss, and the per-block sums
+    eval_loss = scored.metrics["test_loss"]
     return {
         "budget_s": seconds,
         "train_s": limit.elapsed,  # from the start of training to the end of its last step
@@ -149,7 +158,7 @@ def gpt2_at_budget(run: RunConfig, seconds: float, recipe: GPT2Recipe | None = N
         "stopped_by_time": limit.stopped_by_time,
         "calibration_s_per_step": step_s,
         "eval_loss": eval_loss,
-        "eval_bpb": corpus.validation_stats.bits_per_byte(eval_loss),
+        "eval_bpb": bits_per_byte(scored.predictions),
         "precision": "bf16" if hardware.bf16 else "fp32",
         "attention": hardware.attn_implementation,
         "batch": hardware.per_device_train_batch_size,

@@ -14,7 +14,6 @@ import contextlib
 import gc
 import hashlib
 import json
-import math
 import shutil
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -41,17 +40,14 @@ META_FILE = "meta.json"
 
 @dataclass
 class SplitStats:
-    """Sizes of one prepared split (bits per byte needs bytes and tokens)."""
+    """Sizes of one prepared split. (Bits per byte sums the bytes of the scored tokens instead:
+    `minigpt.data.token_bytes`.)"""
 
     documents: int  # documents (a text file, or a json/parquet row) in the split
     bytes: int  # UTF-8 bytes of the split's text
     tokens: int  # tokens of the split, one EOS per document end included
     blocks: int  # packed rows of block_size tokens
     dropped_tokens: int  # last tokens of the split that did not fill a block (< block_size)
-
-    def bits_per_byte(self, loss_nats_per_token: float) -> float:
-        """Convert a mean loss per token (nats) on this split into bits per UTF-8 byte."""
-        return loss_nats_per_token * self.tokens / self.bytes / math.log(2)
 
 
 @dataclass
@@ -71,7 +67,7 @@ class PreparedCorpus:
 
     @property
     def validation_bytes_per_token(self) -> float:
-        """Bytes of validation text per token: bits per byte = loss / ln 2 / this."""
+        """Bytes of validation text per token of the split (its end-of-text separators included)."""
         return self.validation_stats.bytes / self.validation_stats.tokens
 
     def describe(self) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,13 +52,17 @@ def build_trainer(
     tokenizer: PreTrainedTokenizerBase,
     train_dataset: Any,
     eval_dataset: Any,
-    bits_per_byte: Callable[[float], float] | None = None,
+    token_bytes: torch.Tensor | None = None,
+    validation_blocks: int | None = None,
     callbacks: Sequence[TrainerCallback] = (),
     stop_controller: StopController | None = None,
     max_threads: int | None = None,
 ) -> MiniGPTTrainer:
     """The run's Trainer, with MiniGPT's callbacks: step timer, log lines, metrics.jsonl, samples.
 
+    `eval_dataset`: the validation blocks every evaluation reads (`validation_sample`), of
+    `validation_blocks` in the split (said in each evaluation's record). `token_bytes`: UTF-8 bytes
+    per token id (`minigpt.data.token_bytes`), for bits per byte; None: none is reported.
     `max_threads`: the cores a run with a chosen thread count may use (`cpu_run_settings`).
     """
     output_dir = Path(run.training.output_dir)
@@ -132,7 +136,8 @@ def build_trainer(
         decay_embeddings=run.training.decay_embeddings,
         muon_kwargs=muon_kwargs(run.training),
         throughput=meter,
-        bits_per_byte=bits_per_byte,
+        token_bytes=token_bytes,
+        validation_blocks=validation_blocks,
         schedule=schedule,
     )
     trainer.peak_flops = peak  # what MFU divides by, and where it came from (the run's first lines say)
@@ -167,7 +172,7 @@ class PeakRaisedNotice:
 
 
 def evaluation_cost_steps(run: RunConfig, eval_dataset: Any) -> float:
-    """One evaluation in training-step equivalents: its forward passes over the validation blocks
+    """One evaluation in training-step equivalents: its forward passes over the blocks it reads
     against a step's forward and backward (about 3 forwards) over a training batch."""
     hardware = run.hardware
     train_blocks = hardware.per_device_train_batch_size * hardware.gradient_accumulation_steps

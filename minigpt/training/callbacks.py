@@ -83,6 +83,8 @@ def format_log_line(logs: dict[str, Any], step: int, max_steps: int) -> str | No
             parts.append(f"ppl {logs['eval_perplexity']:.2f}")
         if "eval_bpb" in logs:
             parts.append(f"bits/byte {logs['eval_bpb']:.4f}")
+        if logs.get("eval_blocks", 0) < logs.get("validation_blocks", 0):  # a sample (training.eval_tokens)
+            parts.append(f"sample of {logs['eval_blocks']:,}/{logs['validation_blocks']:,} blocks")
         return " | ".join(parts)
     return None
 

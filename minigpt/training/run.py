@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
 from transformers import (
     PreTrainedModel,
     PreTrainedTokenizerBase,
@@ -28,6 +29,7 @@ from transformers import (
 from ..atomic import atomic_write_file
 from ..data.compatibility import check_compatible
 from ..data.corpus import PreparedCorpus, prepare_corpus
+from ..data.token_bytes import token_byte_lengths
 from ..data.tokenizer import load_or_train_tokenizer, load_tokenizer
 from ..distributed import is_main_process
 from .arguments import build_training_arguments, check_optimizer_name
@@ -52,6 +54,7 @@ from .summary import (
     summary_record,
 )
 from .trainer import MiniGPTTrainer
+from .validation_sample import ValidationSample, validation_sample
 
 
 def run_training(
@@ -89,20 +92,24 @@ def _run_training(
     start = choose_start(run, resume, main=args.should_save)
     tokenizer, corpus = _tokenizer_and_data(start, args)
     model = _model_to_train(start, args, tokenizer, corpus)
+    # Every evaluation reads these blocks: all, or a seeded sample within training.eval_tokens.
+    t = start.run.training
+    evaluation = validation_sample(corpus.validation, t.eval_tokens, start.run.data.block_size, t.seed)
     trainer = build_trainer(
         start.run,
         args,
         model,
         tokenizer,
         corpus.train,
-        corpus.validation,
-        bits_per_byte=corpus.validation_stats.bits_per_byte,  # loss x tokens / bytes / ln 2
+        evaluation.blocks,
+        token_bytes=torch.as_tensor(token_byte_lengths(tokenizer)),  # bits per byte counts text bytes only
+        validation_blocks=evaluation.total,
         callbacks=callbacks,
         stop_controller=stop_controller,
         max_threads=max_threads,
     )
     if args.should_save:  # the one process that prints and writes run files
-        _announce(start, model, args, corpus, trainer)
+        _announce(start, model, args, corpus, trainer, evaluation)
     _train_or_finish(trainer, model, start, stop_controller)
     stopped = stop_controller.stop_requested
     result = _finish(trainer, tokenizer, start, stopped, started)
@@ -174,6 +181,7 @@ def _announce(
     args: TrainingArguments,
     corpus: PreparedCorpus,
     trainer: MiniGPTTrainer,
+    evaluation: ValidationSample,
 ) -> None:
     """The resolved config written to the run's folder, and the run's opening lines."""
     run = start.run
@@ -183,7 +191,7 @@ def _announce(
     with atomic_write_file(output_dir / RESOLVED_CONFIG_NAME) as handle:
         handle.write(run.to_yaml())
     blocks = len(corpus.train), len(corpus.validation)
-    print(describe_run(run, model, args, *blocks, trainer.peak_flops), flush=True)
+    print(describe_run(run, model, args, *blocks, trainer.peak_flops, evaluation.describe()), flush=True)
     if start.base is not None:
         print(
             f"starting from {start.base.name} ({start.base.model_type}): "

@@ -186,6 +186,10 @@ class TrainingSettings:
     seed: int = 42  # seeds Python, NumPy and torch (init, dropout, data order)
     logging_steps: int = 10  # log a line and a metrics.jsonl record every this many steps
     eval_steps: int = 200  # evaluate on the validation split every this many steps (and at the end)
+    # Most validation tokens an evaluation reads: a larger split is evaluated on a fixed, seeded sample
+    # of its blocks (null: always all). 2**20 keeps Tiny Shakespeare's split whole and a CPU's
+    # evaluation of any corpus to a bounded number of forward passes.
+    eval_tokens: int | None = 1_048_576
     save_steps: int = 500  # write a checkpoint every this many steps (and at the end)
     save_total_limit: int | None = 2  # keep at most this many checkpoints (None keeps all)
     report_to: str | list[str] = "none"  # extra loggers, e.g. "tensorboard" (needs the tensorboard package)
@@ -223,6 +227,8 @@ class TrainingSettings:
         require(
             0 < self.decay_fraction <= 1, "training.decay_fraction", "must be in (0, 1]", self.decay_fraction
         )
+        if self.eval_tokens is not None:
+            require(self.eval_tokens > 0, "training.eval_tokens", "must be positive or null", self.eval_tokens)
         if self.max_time is not None:
             require(self.max_time > 0, "training.max_time", "must be positive or null", self.max_time)
             require(

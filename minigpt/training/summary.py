@@ -47,9 +47,11 @@ def describe_run(
     train_blocks: int,
     val_blocks: int,
     peak_flops: PeakFlops | None = None,
+    evaluation: str | None = None,
 ) -> str:
-    """The lines printed before training: model size, data, effective batch, MFU's peak and its source,
-    and the memory a device needs (an estimate, memory_estimate.py)."""
+    """The lines printed before training: model size, data (and the blocks evaluations read, as
+    `ValidationSample.describe` says), effective batch, MFU's peak and its source, and the memory a
+    device needs (an estimate, memory_estimate.py)."""
     h = resolve_hardware(run.hardware)
     params = sum(p.numel() for p in model.parameters())
     batch = effective_batch_size(h, args.world_size)
@@ -57,7 +59,8 @@ def describe_run(
     lines = [
         f"model: {params / 1e6:.2f}M parameters ({run.model.num_hidden_layers} layers, hidden "
         f"{run.model.hidden_size}, vocab {model.config.vocab_size}, context {run.data.block_size})",
-        f"data: {train_blocks:,} training blocks, {val_blocks:,} validation blocks of {run.data.block_size} tokens",
+        f"data: {train_blocks:,} training blocks, {val_blocks:,} validation blocks of {run.data.block_size} tokens"
+        + (f"; {evaluation}" if evaluation else ""),
         f"effective batch: {h.per_device_train_batch_size} per device x {h.gradient_accumulation_steps} "
         f"accumulation x {args.world_size} process(es) = {batch} sequences = "
         f"{batch * run.data.block_size:,} tokens per step",

@@ -2,24 +2,27 @@
 
 Weight-decay groups (matrices only, embeddings optional), the warmup_stable_decay schedule whose end
 a time budget can move, Muon on the hidden matrices beside AdamW, a stop that cuts an evaluation
-short, and derived metrics (tokens/s, MFU, perplexity, bits per byte) in every log record.
+short, and derived metrics (tokens/s, MFU, perplexity) in every log record. Evaluation sums each
+block's losses itself (`text_scores.py`), so bits per byte counts the text's tokens and bytes only:
+the Trainer's mean loss cannot leave out the separators between documents.
 Checkpoints are atomic and carry the resolved run config (`AtomicCheckpointTrainer`, checkpoints.py).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 from transformers.trainer_callback import ProgressCallback
+from transformers.trainer_utils import EvalLoopOutput
 
 from ..errors import ConfigError
 from .checkpoints import AtomicCheckpointTrainer
 from .optimizers import muon_with_adamw
 from .peak_flops import PeakFlops
+from .text_scores import bits_per_byte, block_targets, next_token_scores
 from .throughput import ThroughputMeter
 from .time_budget import WarmupStableDecay
 
@@ -40,7 +43,8 @@ class MiniGPTTrainer(AtomicCheckpointTrainer):
         *args: Any,
         decay_embeddings: bool = False,
         throughput: ThroughputMeter | None = None,
-        bits_per_byte: Callable[[float], float] | None = None,
+        token_bytes: torch.Tensor | None = None,
+        validation_blocks: int | None = None,
         schedule: WarmupStableDecay | None = None,
         muon_kwargs: dict[str, Any] | None = None,
         **kwargs: Any,
@@ -50,7 +54,9 @@ class MiniGPTTrainer(AtomicCheckpointTrainer):
         self.decay_embeddings = decay_embeddings
         self.muon_kwargs = muon_kwargs  # torch.optim.Muon's keywords under training.optim muon, else None
         self.throughput = throughput
-        self.bits_per_byte = bits_per_byte  # validation loss (nats/token) -> bits per UTF-8 byte
+        # (vocab,) UTF-8 bytes per token id (minigpt.data.token_bytes); None: no bits per byte
+        self.token_bytes = token_bytes
+        self.validation_blocks = validation_blocks  # blocks in the split the evaluation blocks come from
         self.peak_flops: PeakFlops | None = None  # MFU's peak and its source (build_trainer sets it)
 
     def get_decay_parameter_names(self, model: nn.Module) -> list[str]:
@@ -101,7 +107,30 @@ class MiniGPTTrainer(AtomicCheckpointTrainer):
         controller = self.stop_controller
         if controller is not None and controller.stop_requested and self.args.world_size == 1:
             raise _EvaluationStopped  # several processes would have to agree on the batch: not cut
-        return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
+        if self.token_bytes is None or "labels" not in inputs:
+            return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
+        inputs = self._prepare_inputs(inputs)
+        with torch.no_grad():
+            logits = model(**{k: v for k, v in inputs.items() if k != "labels"}).logits  # (B, T, V)
+        scores = next_token_scores(logits, block_targets(inputs["labels"]), self.token_bytes)  # (B, 5)
+        loss = scores[:, 0].sum() / scores[:, 1].sum()  # the model's own loss: mean nats per prediction
+        # The per-block sums travel as the "logits": Trainer gathers them across processes
+        # (dropping the blocks repeated to even out the last batch) and evaluation_loop sums them.
+        return loss.detach(), scores, None
+
+    def evaluation_loop(
+        self,
+        dataloader: Any,
+        description: str,
+        prediction_loss_only: bool | None = None,
+        ignore_keys: list[str] | None = None,
+        metric_key_prefix: str = "eval",
+    ) -> EvalLoopOutput:
+        """Trainer's, plus bits per byte from the gathered per-block sums of `prediction_step`."""
+        output = super().evaluation_loop(dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix)
+        if self.token_bytes is not None and output.predictions is not None:
+            output.metrics[f"{metric_key_prefix}_bpb"] = bits_per_byte(output.predictions)
+        return output
 
     def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
         """Trainer's, except that Ctrl-C during an evaluation inside training does not wait for the
@@ -120,14 +149,15 @@ class MiniGPTTrainer(AtomicCheckpointTrainer):
             return {}
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """Add tokens/s, MFU and tokens seen to training records; perplexity and bits/byte to eval ones."""
+        """Add tokens/s, MFU and tokens seen to training records; perplexity and blocks read to eval ones."""
         if "loss" in logs and self.throughput is not None:
             logs.update(self.throughput.take_window())
             logs["tokens_seen"] = self.state.global_step * self.throughput.tokens_per_step
-        if "eval_loss" in logs:  # the validation split's mean loss per token, in nats
+        if "eval_loss" in logs:  # the validation blocks' mean loss per prediction, in nats
             logs["eval_perplexity"] = math.exp(min(logs["eval_loss"], 50.0))  # capped: exp overflows
-            if self.bits_per_byte is not None:
-                logs["eval_bpb"] = self.bits_per_byte(logs["eval_loss"])
+            if self.validation_blocks is not None and self.eval_dataset is not None:
+                logs["eval_blocks"] = len(self.eval_dataset)  # read by the evaluation, of ...
+                logs["validation_blocks"] = self.validation_blocks  # ... the split's
         super().log(logs, start_time)
 
 
