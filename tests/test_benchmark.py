@@ -344,7 +344,7 @@ def test_benchmark_data_measures_each_size_and_reports_it_against_the_targets(tm
     peaks = iter(range(100, 10_000, 10))
 
     def in_process(name, job):
-        return {**data_speed.CONTENDERS[name](job), "peak_mb": float(next(peaks)), "peak_anon_mb": 50.0}
+        return {**data_speed.CONTENDERS[name](job), "peak_mb": float(next(peaks)), "peak_anon_mb": 50.0, "peak_rss_mb": 60.0}
 
     monkeypatch.setattr(data_speed, "run_in_fresh_process", in_process)
     out = tmp_path / "sizes.json"
