@@ -36,8 +36,8 @@ import itertools
 import json
 import os
 import shutil
-import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -207,6 +207,8 @@ def first_training_step(job: DataJob) -> dict[str, Any]:
         [
             f"training.output_dir={output}",
             f"model.max_position_embeddings={job.data.block_size}",
+            f"data.block_size={job.data.block_size}",
+            "training.sample_max_new_tokens=1",  # (no sample is drawn: the run stops after a step)
             "training.max_steps=1000",
             "hardware.torch_num_threads=1",
         ],
@@ -289,8 +291,25 @@ def run_in_fresh_process(name: str, job: DataJob) -> dict[str, Any]:
     env.pop("TOKENIZERS_PARALLELISM", None)  # the raw contender and the pipeline may both use threads
     package_root = str(Path(__file__).resolve().parents[2])  # the child imports this minigpt, wherever it runs
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-    command = [sys.executable, "-m", __name__, name, job.to_json()]
-    process = psutil.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    with tempfile.TemporaryDirectory(prefix="minigpt-contender-") as folder:
+        # The job in a file (a corpus may list 100,000 files, too long for a command line); the
+        # output in files too: a pipe nobody reads while the memory is sampled would fill and block.
+        job_file, out_file, err_file = (Path(folder) / file for file in ("job.json", "out.txt", "err.txt"))
+        job_file.write_text(job.to_json(), encoding="utf-8")
+        command = [sys.executable, "-m", __name__, name, str(job_file)]
+        with open(out_file, "w") as out, open(err_file, "w") as err:
+            process = psutil.Popen(command, stdout=out, stderr=err, env=env)
+            peak, peak_anon, peak_rss = _sample_peaks(process)
+        if process.returncode != 0:
+            raise RuntimeError(f"data benchmark contender {name} failed:\n{err_file.read_text()[-3000:]}")
+        result = json.loads(out_file.read_text().strip().splitlines()[-1])
+    return {**result, "peak_mb": peak / 2**20, "peak_anon_mb": peak_anon / 2**20, "peak_rss_mb": peak_rss / 2**20}
+
+
+def _sample_peaks(process) -> tuple[int, int, int]:
+    """Wait for `process`, reading its tree's memory every MEMORY_SAMPLE_S: peak (PSS, anonymous PSS, RSS)."""
+    import psutil
+
     peak = peak_anon = peak_rss = 0
     while process.poll() is None:
         total = anon = rss = 0
@@ -302,11 +321,7 @@ def run_in_fresh_process(name: str, job: DataJob) -> dict[str, Any]:
             total, anon, rss = total + pss, anon + pss_anon, rss + resident
         peak, peak_anon, peak_rss = max(peak, total), max(peak_anon, anon), max(peak_rss, rss)
         time.sleep(MEMORY_SAMPLE_S)
-    out, err = process.communicate()
-    if process.returncode != 0:
-        raise RuntimeError(f"data benchmark contender {name} failed:\n{err[-3000:]}")
-    result = json.loads(out.strip().splitlines()[-1])
-    return {**result, "peak_mb": peak / 2**20, "peak_anon_mb": peak_anon / 2**20, "peak_rss_mb": peak_rss / 2**20}
+    return peak, peak_anon, peak_rss
 
 
 def train_tokenizer(settings: TokenizerSettings, data: DataSettings, folder: Path) -> tuple[Path, float]:
@@ -586,9 +601,10 @@ def size_report(results: list[dict[str, Any]], num_proc: int = 0) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """A fresh process's side of `run_in_fresh_process`: NAME JOB_JSON -> one JSON line on stdout."""
-    name, job = argv
-    print(json.dumps(CONTENDERS[name](DataJob.from_json(job))))
+    """A fresh process's side of `run_in_fresh_process`: NAME JOB_FILE -> one JSON line on stdout."""
+    name, job_file = argv
+    job = DataJob.from_json(Path(job_file).read_text(encoding="utf-8"))
+    print(json.dumps(CONTENDERS[name](job)))
     return 0
 
 
