@@ -56,6 +56,7 @@ class TrainingText:
     split: RawSplit
     bytes_read: int = 0  # UTF-8 bytes given to the trainer so far
     rows_read: int = 0
+    expected_bytes: int = 0  # what a sample will read: the budget, or less where the rows' heads hold less
 
     def describe(self) -> str:
         """The split, or the sample of it, in words (before training: the sample's budget)."""
@@ -63,8 +64,8 @@ class TrainingText:
             return self.split.describe()
         cap = f", at most {self.plan.doc_max_chars:,} characters of each" if self.plan.doc_max_chars else ""
         return (
-            f"a sample of {self.split.describe()}: about {self.plan.max_bytes:,} bytes "
-            f"({self.plan.max_bytes / self.split.bytes:.1%}) from {plural(self.rows, 'row')} drawn across all of it"
+            f"a sample of {self.split.describe()}: up to {self.expected_bytes:,} bytes "
+            f"({self.expected_bytes / self.split.bytes:.1%}) from {plural(self.rows, 'row')} drawn across all of it"
             f"{cap} (tokenizer.train_max_bytes={self.plan.max_bytes:,}, data.seed={self.plan.seed})"
         )
 
@@ -83,7 +84,7 @@ def training_text(split: RawSplit, settings: TokenizerSettings, seed: int) -> Tr
         text.texts = _counted(text, _all_texts(split))
         return text
     kept = _drawn(split, plan)
-    text = TrainingText(iter(()), kept.rows, plan, split)
+    text = TrainingText(iter(()), kept.rows, plan, split, expected_bytes=kept.expected_bytes)
     text.texts = _counted(text, _sample_texts(kept.dataset, plan))
     return text
 
@@ -112,21 +113,25 @@ def _counted(text: TrainingText, texts: Iterator[str]) -> Iterator[str]:
 class _Kept:
     dataset: datasets.Dataset | datasets.IterableDataset
     rows: int
+    expected_bytes: int
 
 
-def _keep_probability(split: RawSplit, plan: SamplePlan) -> float:
-    """p = budget / the split's bytes with each row counted up to doc_max_chars (one pass over the
-    rows' sizes; the text of text files' rows is not read)."""
+def _capped_bytes(split: RawSplit, plan: SamplePlan) -> int:
+    """The split's bytes with each row counted up to doc_max_chars (bytes for characters: the rows'
+    sizes are in bytes), in one pass over the rows' sizes (not the text of text files' rows)."""
     capped = 0
     for table in arrow_batches(split.dataset, columns=size_columns(split.dataset)):
         sizes = row_bytes(table)
         capped += int(np.minimum(sizes, plan.doc_max_chars).sum()) if plan.doc_max_chars else int(sizes.sum())
-    return min(1.0, plan.max_bytes / max(capped, 1))
+    return capped
 
 
 def _drawn(split: RawSplit, plan: SamplePlan) -> _Kept:
-    """The rows of `split` the sample keeps: each with probability p, by a seeded draw of its index."""
-    p = _keep_probability(split, plan)
+    """The rows of `split` the sample keeps: each with p = budget / capped bytes, by a seeded draw
+    of its index."""
+    capped = _capped_bytes(split, plan)
+    p = min(1.0, plan.max_bytes / max(capped, 1))
+    expected = min(plan.max_bytes, capped)
     seed = plan.seed ^ SAMPLE_SEED_SALT
     if isinstance(split.dataset, datasets.IterableDataset):  # a stream: filtered as it is read
         kept = split.dataset.filter(
@@ -135,14 +140,14 @@ def _drawn(split: RawSplit, plan: SamplePlan) -> _Kept:
             with_indices=True,
             input_columns=[],
         )
-        return _Kept(kept, int(round(p * split.rows)))
+        return _Kept(kept, int(round(p * split.rows)), expected)
     picked = np.concatenate(  # in chunks: memory for the rows kept, not for every row
         [
             start + np.flatnonzero(seeded_unit(np.arange(start, min(start + DRAW_CHUNK, split.rows)), seed) < p)
             for start in range(0, split.rows, DRAW_CHUNK)
         ]
     )
-    return _Kept(split.dataset.select(picked), len(picked))  # rows in order: read front to back
+    return _Kept(split.dataset.select(picked), len(picked), expected)  # rows in order: read front to back
 
 
 def _sample_texts(dataset, plan: SamplePlan) -> Iterator[str]:
