@@ -170,15 +170,11 @@ def token_stream(split, tokenizer) -> np.ndarray:
     if tokenizer.eos_token_id is None:
         raise ConfigError("the tokenizer has no eos_token; documents cannot be separated")
     backend = data_tokenizer(tokenizer)
-    parts, row = [], 0
+    parts = []
     for table in arrow_batches(split.dataset):
-        batch = {"text": table.column("text").to_pylist()}
-        indices = list(range(row, row + table.num_rows))
-        ids = tokenize_batch(
-            batch, indices, tokenizer=backend, eos_id=tokenizer.eos_token_id, doc_ends=split.doc_ends
-        )["input_ids"]
-        parts += [np.asarray(x, dtype=np.int64) for x in ids]
-        row += table.num_rows
+        ends = table.column("end").to_pylist() if split.by_document else None  # rows of text files
+        ids = tokenize_batch(table.column("text").to_pylist(), ends, tokenizer=backend, eos_id=tokenizer.eos_token_id)
+        parts.append(ids.column("input_ids").combine_chunks().flatten().to_numpy().astype(np.int64))
     return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
 
 

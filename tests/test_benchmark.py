@@ -362,7 +362,7 @@ def test_benchmark_data_measures_each_size_and_reports_it_against_the_targets(tm
     peaks = iter(range(100, 10_000, 10))
 
     def in_process(name, job):
-        return {**data_speed.CONTENDERS[name](job), "peak_mb": float(next(peaks)), "peak_anon_mb": 50.0}
+        return {**data_speed.CONTENDERS[name](job), "peak_mb": float(next(peaks)), "peak_anon_mb": 50.0, "peak_rss_mb": 60.0}
 
     monkeypatch.setattr(data_speed, "run_in_fresh_process", in_process)
     out = tmp_path / "sizes.json"
@@ -381,3 +381,92 @@ def test_benchmark_data_measures_each_size_and_reports_it_against_the_targets(tm
     assert "ratio" in report and "(target >= 0.7)" in report and "(target < 5%)" in report
     assert "(target < 2048 MB)" in report and "pipeline peak memory 1 MB -> 2 MB corpus (x2.0 the data)" in report
     assert not (tmp_path / "w").exists()  # the work folder is removed without --keep
+
+
+def python_tree(root, files: int = 24, size: int = 3000):
+    """A site-packages of `files` modules in packages, plus what the corpus leaves out."""
+    text = (REPO_ROOT / "data" / "tinyshakespeare.txt").read_text()
+    for i in range(files):
+        module = root / f"pkg{i % 4}" / ("sub" if i % 3 else "") / f"m{i}.py"
+        module.parent.mkdir(parents=True, exist_ok=True)
+        module.write_text(f"# module {i}\n" + text[i * size : (i + 1) * size])
+    (root / "pkg0" / "__init__.py").write_text("")  # empty: left out
+    (root / "pkg0" / "data.txt").write_text("not python")
+    return root
+
+
+def test_the_python_corpus_is_flat_deterministic_spread_and_capped(tmp_path):
+    from minigpt.benchmarks.python_corpus import build_python_corpus
+
+    source = python_tree(tmp_path / "site")
+    whole = build_python_corpus(tmp_path / "whole", source=source)
+    names = sorted(p.name for p in whole.folder.iterdir())
+    assert len(names) == whole.files == whole.source_files == 24 and "pkg1__sub__m1.py" in names
+    assert whole.bytes == whole.source_bytes == sum(p.stat().st_size for p in whole.folder.iterdir())
+    capped = build_python_corpus(tmp_path / "capped", max_bytes=whole.bytes // 3, source=source)
+    picked = sorted(p.name for p in capped.folder.iterdir())
+    assert 0 < capped.bytes <= whole.bytes // 3 and picked == sorted(p.name for p in build_python_corpus(
+        tmp_path / "again", max_bytes=whole.bytes // 3, source=source).folder.iterdir())  # deterministic
+    assert len({name.split("__")[0] for name in picked}) >= 3  # spread over the packages, not the first
+    bigger = build_python_corpus(tmp_path / "bigger", max_bytes=int(2.5 * whole.bytes), source=source)
+    assert whole.bytes * 2 < bigger.bytes <= 2.5 * whole.bytes
+    prefixes = {p.name.split("__")[0] for p in bigger.folder.iterdir()}
+    assert {"copy1", "copy2"} <= prefixes  # copies under distinct names
+
+
+def in_process_contenders(monkeypatch):
+    """Fresh processes stood in for by in-process runs with made-up peaks."""
+    from minigpt.benchmarks import data_speed
+
+    def in_process(name, job):
+        return {**data_speed.CONTENDERS[name](job), "peak_mb": 100.0, "peak_anon_mb": 50.0, "peak_rss_mb": 120.0}
+
+    monkeypatch.setattr(data_speed, "run_in_fresh_process", in_process)
+
+
+def test_benchmark_data_on_the_python_corpus_runs_every_contender(tmp_path, monkeypatch, capsys):
+    from minigpt.benchmarks import data_speed, python_corpus
+
+    in_process_contenders(monkeypatch)
+    monkeypatch.setattr(python_corpus, "site_packages", lambda: python_tree(tmp_path / "site"))
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "python.json"
+    args = ["--python-corpus", "0.03", "0.06", "--vocab-size", "300", "--block-size", "16", "--num-proc", "1"]
+    assert load_script("benchmark_data").main([*args, "--workdir", str(tmp_path / "w"), "--json", str(out)]) == 0
+    small, large = json.loads(out.read_text())
+    assert small["size_mb"] <= 0.03 < large["size_mb"] <= 0.06
+    for r in (small, large):
+        assert list(r["runs"]) == list(data_speed.CORPUS_CONTENDERS)
+        for name in data_speed.CORPUS_CONTENDERS:
+            _check_spread(r[f"{name}_s"], repeats=1)
+            assert r["peak_rss_mb"][name]["median"] == 120.0
+        runs = {name: named[0] for name, named in r["runs"].items()}
+        assert runs["cold"]["tokenizer_seconds"] < runs["cold"]["seconds"] and not runs["cold"]["reused"]
+        assert runs["prepare"]["tokens"] == runs["cold"]["tokens"] and runs["cached"]["reused"]
+        assert runs["run_clm"]["blocks"] > 0 and runs["raw_bpe"]["vocab"] == 300
+        assert runs["train_start"]["seconds"] > 0 and runs["train_start"]["stopped"]
+        assert 0 <= r["tokens"] - r["raw_tokens"] <= r["files"] + 2  # one EOS a file, and the split's cut
+        assert r["prepare_over_run_clm_time"]["values"] == [runs["prepare"]["seconds"] / runs["run_clm"]["seconds"]]
+    report = capsys.readouterr().out
+    assert "cold / (raw_bpe + run_clm)" in report and "seconds to the first training step" in report
+    assert "prepare (tokenizer reused) time / run_clm time" in report and "anonymous peak x1.00" in report
+
+
+def test_benchmark_data_reports_bytes_per_token_of_sampled_tokenizers(tmp_path, monkeypatch, capsys):
+    from minigpt.benchmarks import python_corpus
+
+    in_process_contenders(monkeypatch)
+    monkeypatch.setattr(python_corpus, "site_packages", lambda: python_tree(tmp_path / "site"))
+    out = tmp_path / "samples.json"
+    args = ["--tokenizer-samples", "1", "0.5", "--doc-max-chars", "0", "1000", "--vocab-size", "300"]
+    assert load_script("benchmark_data").main([*args, "--workdir", str(tmp_path / "w"), "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    rows = {(r["fraction"], r["doc_max_chars"]): r for r in result["rows"]}
+    assert set(rows) == {(1, 0), (0.5, 0), (0.5, 1000)}  # the whole split once, each cap for a sample
+    whole = rows[(1, 0)]
+    assert whole["sample_bytes"] == whole["train_bytes"] == result["train_bytes"]
+    for key in ((0.5, 0), (0.5, 1000)):
+        assert 0 < rows[key]["sample_bytes"] <= result["train_bytes"] // 2
+    for r in rows.values():
+        assert r["bytes_per_token"] == r["validation_bytes"] / r["validation_tokens"] > 1
+    assert "bytes/token" in capsys.readouterr().out

@@ -14,6 +14,7 @@ import contextlib
 import gc
 import hashlib
 import json
+import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -26,7 +27,14 @@ from ..atomic import atomic_output_dir
 from ..distributed import is_main_process
 from ..errors import ConfigError, DataError
 from ..progress import datasets_progress_bars
-from .packing import data_tokenizer, tokenize_batch, tokenized_features, write_blocks
+from .packing import (
+    data_tokenizer,
+    map_batch_rows,
+    tokenize_batch,
+    tokenize_rows_as_lists,
+    tokenized_features,
+    write_blocks,
+)
 from .settings import DataSettings, check_block_size
 from .sources import content_fingerprint, detect_format, load_raw_corpus, plural, source_files
 from .tokenizer import tokenizer_fingerprint
@@ -34,8 +42,9 @@ from .tokenizer import tokenizer_fingerprint
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast
 
-CACHE_FORMAT_VERSION = 1  # bump when the pipeline's output changes for the same inputs
+CACHE_FORMAT_VERSION = 2  # bump when the pipeline's output changes for the same inputs
 META_FILE = "meta.json"
+PARALLELISM_VARIABLE = "TOKENIZERS_PARALLELISM"  # read by tokenizers at each call
 
 
 @dataclass
@@ -111,6 +120,26 @@ def _frozen_gc(active: bool) -> Iterator[None]:
             gc.unfreeze()
 
 
+@contextlib.contextmanager
+def _single_threaded_tokenizers(active: bool) -> Iterator[None]:
+    """Map workers that tokenize with one thread each (one process per core already uses the
+    cores; threads on top would only contend), and without tokenizers' warning about a fork after
+    its threads ran (the tokenizer may have just been trained in this process). Forked workers
+    inherit the variable; it is put back for this process, which tokenizes with threads alone."""
+    if not active:
+        yield
+        return
+    saved = os.environ.get(PARALLELISM_VARIABLE)
+    os.environ[PARALLELISM_VARIABLE] = "false"
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ[PARALLELISM_VARIABLE]
+        else:
+            os.environ[PARALLELISM_VARIABLE] = saved
+
+
 def prepare_corpus(
     settings: DataSettings, tokenizer: PreTrainedTokenizerFast, max_position_embeddings: int | None = None
 ) -> PreparedCorpus:
@@ -126,7 +155,8 @@ def prepare_corpus(
         raise ConfigError("the tokenizer has no eos_token; documents cannot be separated")
     train_paths, validation_paths = source_files(settings)
     fmt = detect_format(train_paths, settings.format)
-    inputs_id = content_fingerprint(train_paths) + content_fingerprint(validation_paths)
+    known = settings.cache_dir  # digests of files not changed since a run before are not read again
+    inputs_id = content_fingerprint(train_paths, cache_dir=known) + content_fingerprint(validation_paths, cache_dir=known)
     tokenizer_id = tokenizer_fingerprint(tokenizer)
     target = Path(settings.cache_dir) / "blocks" / cache_key(settings, tokenizer_id, inputs_id, fmt)
     if (target / META_FILE).is_file():
@@ -151,16 +181,20 @@ def _prepare_into(staging: Path, settings: DataSettings, tokenizer: PreTrainedTo
     work.mkdir()
     stats = {}
     for split in (raw.train, raw.validation):
-        kwargs = dict(tokenizer=backend, eos_id=tokenizer.eos_token_id, doc_ends=split.doc_ends)
-        common = dict(batched=True, batch_size=settings.batch_size, with_indices=True, fn_kwargs=kwargs)
+        kwargs = dict(tokenizer=backend, eos_id=tokenizer.eos_token_id)
+        columns = ["text", "end"] if split.by_document else ["text"]  # text files' rows: end of a document
+        batch = map_batch_rows(split, settings.batch_size)
+        common = dict(batched=True, batch_size=batch, input_columns=columns, fn_kwargs=kwargs)
         if settings.streaming:  # lazily mapped as the packer reads; one process
-            tokenized = split.dataset.map(tokenize_batch, remove_columns=["text"], **common)
+            tokenized = split.dataset.map(
+                tokenize_rows_as_lists, remove_columns=split.dataset.column_names, **common
+            )
         else:
-            processes = min(settings.processes(), max(1, split.rows // settings.batch_size))
-            with _frozen_gc(processes > 1):
+            processes = min(settings.processes(), max(1, -(-split.rows // batch)))
+            with _frozen_gc(processes > 1), _single_threaded_tokenizers(processes > 1):
                 tokenized = split.dataset.map(
                     tokenize_batch,
-                    remove_columns=["text"],
+                    remove_columns=split.dataset.column_names,
                     features=tokenized_features(),
                     num_proc=processes if processes > 1 else None,
                     cache_file_name=str(work / f"tokenized-{split.name}.arrow"),

@@ -22,11 +22,18 @@ from datasets.arrow_writer import ArrowWriter
 from tokenizers import Tokenizer
 from tqdm.auto import tqdm
 
+from .text_files import PIECE_CHARS
+
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast
 
+    from .sources import RawSplit
+
 TOKEN_DTYPE = "int32"  # ids < 2**31; half the disk of int64. Python-list batches become int64 tensors
 PACK_BATCH_ROWS = 10_000  # tokenized rows read per step of the packing loop
+# Text per Dataset.map batch: datasets batches by rows, from 100-byte JSON lines to 64K-character
+# pieces of text files, and a batch's encodings hold tens of bytes per token: batches stay this small.
+BATCH_TEXT_BYTES = 4 << 20
 
 
 def data_tokenizer(tokenizer: PreTrainedTokenizerFast) -> Tokenizer:
@@ -43,27 +50,41 @@ def data_tokenizer(tokenizer: PreTrainedTokenizerFast) -> Tokenizer:
 
 
 def tokenize_batch(
-    batch: dict[str, list],
-    indices: list[int],
-    *,
-    tokenizer: Tokenizer,
-    eos_id: int,
-    doc_ends: np.ndarray | None,
-) -> dict[str, list[list[int]]]:
-    """`Dataset.map` function: token ids per row, with EOS appended to rows that end a document.
+    texts: list[str | None], ends: list[bool] | None = None, *, tokenizer: Tokenizer, eos_id: int
+) -> pa.Table:
+    """`Dataset.map` function over the `text` column (and `end`, for text files' rows): a table of
+    token ids per row, with EOS appended to rows that end a document.
 
-    `doc_ends` holds the row indices (of the dataset being mapped) ending a document; None means
-    every row is a whole document. Empty rows give no tokens and no EOS.
+    `ends` says which rows end their document (rows of text files are pieces of one); None means
+    every row is a whole document. Empty rows give no tokens and no EOS. The ids go into Arrow
+    as one int32 array per batch (not lists of Python ints: 4 bytes a token, no conversion).
     """
-    texts = [text or "" for text in batch["text"]]
-    ids = [encoding.ids for encoding in tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
-    if doc_ends is None:
-        ends = [i for i, text in enumerate(texts) if text]
-    else:
-        ends = np.flatnonzero(np.isin(np.asarray(indices, dtype=np.int64), doc_ends)).tolist()
-    for i in ends:
-        ids[i].append(eos_id)
-    return {"input_ids": ids}
+    texts = [text or "" for text in texts]
+    ends = [bool(text) for text in texts] if ends is None else ends
+    rows = []
+    for encoding, end in zip(tokenizer.encode_batch_fast(texts, add_special_tokens=False), ends, strict=True):
+        ids = encoding.ids
+        if end:
+            ids.append(eos_id)
+        rows.append(np.asarray(ids, dtype=np.int32))
+    lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    values = np.concatenate(rows) if rows else np.empty(0, dtype=np.int32)
+    return pa.table({"input_ids": pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))})
+
+
+def tokenize_rows_as_lists(*columns, tokenizer: Tokenizer, eos_id: int) -> dict[str, list[list[int]]]:
+    """`tokenize_batch` for a streamed `IterableDataset.map`, which takes a dict of lists."""
+    return tokenize_batch(*columns, tokenizer=tokenizer, eos_id=eos_id).to_pydict()
+
+
+def map_batch_rows(split: RawSplit, most_rows: int) -> int:
+    """Rows per `Dataset.map` batch: `most_rows`, fewer for long rows, so that a batch holds about
+    BATCH_TEXT_BYTES of text on average (text files' rows: at most 4x that, all rows at their longest)."""
+    rows = BATCH_TEXT_BYTES // max(split.bytes // max(split.rows, 1), 1)
+    if split.by_document:  # a row of a text file holds at most 2 x PIECE_CHARS characters
+        rows = min(rows, 4 * BATCH_TEXT_BYTES // (2 * PIECE_CHARS))
+    return max(1, min(most_rows, rows))
 
 
 def tokenized_features() -> datasets.Features:

@@ -9,10 +9,12 @@ published files must not carry the training machine's paths.
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from .digests import file_digests
 from .settings import DataSettings
 
 
@@ -39,22 +41,28 @@ def list_sources(paths: list[Path]) -> list[SourceFile]:
     return [SourceFile(p.name, sum(f.stat().st_size for f in _files_of(p))) for p in paths]
 
 
-def content_fingerprint(paths: list[Path], portable: bool = False) -> str:
+def content_fingerprint(
+    paths: list[Path], portable: bool = False, cache_dir: str | Path | None = None, save: bool = True
+) -> str:
     """A hash of the inputs' names, sizes and bytes (every file of a `save_to_disk` folder).
 
     `portable=True` hashes file names relative to each input instead of absolute paths, so the
-    same data moved to another folder or machine keeps its fingerprint.
+    same data moved to another folder or machine keeps its fingerprint. Each file is read once per
+    process and, with `cache_dir` (`data.cache_dir`), once until it changes (`digests`; `save`:
+    whether new digests are written there).
     """
-    digest = hashlib.sha256()
+    named = []  # (name hashed, file)
     for path in paths:
         for file in _files_of(path):
             if portable:
                 name = path.name if file == path else f"{path.name}/{file.relative_to(path)}"
             else:
-                name = str(file.resolve())
-            digest.update(f"{name}\0{file.stat().st_size}\0".encode())
-            with open(file, "rb") as handle:
-                digest.update(hashlib.file_digest(handle, "sha256").digest())
+                name = os.path.abspath(file)
+            named.append((name, file))
+    digest = hashlib.sha256()
+    for (name, _), (size, file_digest) in zip(named, file_digests([f for _, f in named], cache_dir, save), strict=True):
+        digest.update(f"{name}\0{size}\0".encode())
+        digest.update(bytes.fromhex(file_digest))
     return digest.hexdigest()[:16]
 
 
@@ -97,9 +105,15 @@ class TrainingData:
     fingerprint: str  # content_fingerprint(..., portable=True) of the train files
     split: dict[str, Any]  # split_settings(...)
     train_bytes: int | None = None  # UTF-8 bytes of the train split, when it was read
+    # A train split over tokenizer.train_max_bytes was sampled (tokenizer_sample.py): the plan
+    # (max_bytes, doc_max_chars, seed) and the bytes and rows read; None = the whole split.
+    sample: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        record = asdict(self)
+        if record["sample"] is None:  # a record as before sampling existed: the whole split
+            del record["sample"]
+        return record
 
     @classmethod
     def from_dict(cls, record: dict[str, Any]) -> TrainingData:
@@ -108,6 +122,7 @@ class TrainingData:
             fingerprint=str(record.get("fingerprint", "")),
             split=dict(record.get("split") or {}),
             train_bytes=record.get("train_bytes"),
+            sample=record.get("sample"),
         )
 
     def same_text(self, other: TrainingData) -> bool:
@@ -119,6 +134,8 @@ class TrainingData:
         text = describe_sources(self.files)
         if self.train_bytes is not None and self.split.get("validation_split") != "validation_files":
             text += f", train split {self.train_bytes:,} bytes"
+        if self.sample is not None:
+            text += f", a sample of {self.sample['bytes']:,} bytes from {self.sample['rows']:,} rows across it"
         return text
 
     def differences(self, other: TrainingData) -> str:

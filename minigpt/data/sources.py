@@ -1,9 +1,10 @@
-"""Find, load, check and split the raw text: user paths -> `datasets` with one `text` column.
+"""Find, load, check and split the raw text: user paths -> `datasets` with a `text` column.
 
-Text files are loaded one line per row, line breaks kept, so joining the rows in order gives
-back the file (with universal newlines: CRLF and CR become LF, as `datasets`' text loader
-reads in text mode). A text FILE is one document. JSON lines, parquet and `save_to_disk`
-sources hold one document per row, read from `text_field`.
+Text files are read by `text_files` into rows of up to 64K characters (a file is one row, or
+several cut after line ends), so joining the rows in order gives back the file (with universal
+newlines: CRLF and CR become LF, as `datasets`' text loader reads in text mode). A text FILE is
+one document. JSON lines, parquet and `save_to_disk` sources hold one document per row, read
+from `text_field` (`datasets.load_dataset`).
 """
 
 from __future__ import annotations
@@ -26,30 +27,32 @@ from ..errors import ConfigError, DataError, MiniGPTUserError
 from ..progress import datasets_progress_bars
 from .provenance import content_fingerprint
 from .settings import FORMATS, DataSettings, seeded_unit
+from .text_files import INVALID_CHARS, load_text_files, text_features
 
 SUFFIX_FORMATS = {".jsonl": "json", ".json": "json", ".ndjson": "json", ".parquet": "parquet"}
 LOCAL_FILES_BAR_THRESHOLD = 16  # datasets' DownloadManager draws a per-file bar from this many files
 SCAN_BATCH_ROWS = 10_000  # rows per Arrow batch when scanning sizes and bad characters
-INVALID_CHARS = ("\ufffd", "\x00")  # what undecodable bytes become (errors="replace") and binary's NULs
+SIZE_COLUMNS = ["doc", "bytes"]  # the columns of text-file rows that counting a split reads (not the text)
 
 
 @dataclass
 class RawSplit:
-    """One split of raw text: rows of a `text` column, with their sizes and document ends."""
+    """One split of raw text: rows of a `text` column, with their sizes.
+
+    Rows of text files also have `doc`, `end` (the row ends its document), `bytes`, `chars` and
+    `invalid` (`text_files.text_features`); rows of other sources are whole documents.
+    """
 
     name: str  # "train" or "validation"
-    dataset: datasets.Dataset | datasets.IterableDataset  # column "text"; lines of text files, or documents
+    dataset: datasets.Dataset | datasets.IterableDataset
     rows: int  # number of rows
     bytes: int  # UTF-8 bytes of all its text (for bits per byte)
-    doc_ends: np.ndarray | None  # sorted row indices that end a document; None = every row is one
+    documents: int  # documents with text in this split (a text file cut by the split counts in both)
 
     @property
-    def documents(self) -> int:
-        """Documents with text in this split (a text file cut by the split counts in both)."""
-        if self.doc_ends is None:
-            return self.rows
-        open_tail = self.rows > 0 and (len(self.doc_ends) == 0 or self.doc_ends[-1] != self.rows - 1)
-        return len(self.doc_ends) + int(open_tail)
+    def by_document(self) -> bool:
+        """Rows are pieces of documents, with an `end` column (text files), not whole documents."""
+        return "end" in (self.dataset.column_names or [])
 
     def describe(self) -> str:
         return (
@@ -73,8 +76,7 @@ class _Loaded:
     dataset: datasets.Dataset | datasets.IterableDataset
     rows: int
     bytes: int
-    # rows per text file (a file is one document); None where every row is a document
-    file_rows: list[int] | None
+    documents: int
 
 
 @contextlib.contextmanager
@@ -151,6 +153,7 @@ COMPILED_FOLDERS = frozenset(("__pycache__",))
 SNIFF_BYTES = 8192  # bytes read from the start of a file in a folder to tell text from binary
 BINARY_INVALID_SHARE = 0.1  # more undecodable characters than this in those bytes: a binary file
 _said: set[str] = set()
+_sniffed: dict[str, tuple[tuple[int, ...], bool]] = {}  # file -> (stat signature, looks binary), this process
 
 
 def plural(count: int, noun: str) -> str:
@@ -167,9 +170,14 @@ def _skip_reason(path: Path, root: Path, exclude: Sequence[str]) -> str | None:
         return "excluded"
     if path.suffix.lower() in COMPILED_SUFFIXES or COMPILED_FOLDERS & set(relative.parts[:-1]):
         return "compiled"
-    if path.stat().st_size == 0:
+    stat = path.stat()
+    if stat.st_size == 0:
         return "empty"
-    if _looks_binary(path):
+    signature = (stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
+    known = _sniffed.get(str(path))
+    if known is None or known[0] != signature:  # a run resolves its folders several times: sniff once
+        known = _sniffed[str(path)] = (signature, _looks_binary(path))
+    if known[1]:
         return "binary"
     return None
 
@@ -224,26 +232,25 @@ def detect_format(paths: list[Path], requested: str = "auto") -> str:
 
 
 def _load(paths: list[Path], fmt: str, settings: DataSettings, role: str) -> _Loaded:
-    """Load `paths` with `datasets` into one `text` column; check that it is text."""
-    # datasets keys its own cache on file paths and mtimes; a folder per content hash also
-    # catches an edit that keeps the mtime (the stale Arrow copy is then never read).
-    cache_dir = str(Path(settings.cache_dir) / "datasets" / content_fingerprint(paths))
+    """Load `paths` with `datasets` into a `text` column (text files: `text_files`' rows); check that it is text."""
+    fingerprint = content_fingerprint(paths, cache_dir=settings.cache_dir)
     names = ", ".join(str(p) for p in paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
     with _offline():
-        return _load_offline(paths, fmt, settings, role, cache_dir, names)
+        return _load_offline(paths, fmt, settings, role, fingerprint, names)
 
 
 def _load_offline(
-    paths: list[Path], fmt: str, settings: DataSettings, role: str, cache_dir: str, names: str
+    paths: list[Path], fmt: str, settings: DataSettings, role: str, fingerprint: str, names: str
 ) -> _Loaded:
     # From 16 files on, datasets draws a "Downloading data: N files" bar for what are local paths
     # (no download happens); its bars for real work ("Generating train split") stay for fewer.
-    with datasets_progress_bars(settings.show_progress and len(paths) < LOCAL_FILES_BAR_THRESHOLD):
-        return _load_local(paths, fmt, settings, role, cache_dir, names)
+    show = settings.show_progress and (fmt == "text" or len(paths) < LOCAL_FILES_BAR_THRESHOLD)
+    with datasets_progress_bars(show):
+        return _load_local(paths, fmt, settings, role, fingerprint, names)
 
 
 def _load_local(
-    paths: list[Path], fmt: str, settings: DataSettings, role: str, cache_dir: str, names: str
+    paths: list[Path], fmt: str, settings: DataSettings, role: str, fingerprint: str, names: str
 ) -> _Loaded:
     try:
         if fmt == "arrow":
@@ -253,18 +260,26 @@ def _load_local(
             if settings.streaming:
                 dataset = dataset.to_iterable_dataset()
         elif fmt == "text":
-            dataset = _load_text(paths, settings, cache_dir)
+            dataset = load_text_files(
+                [str(p) for p in paths],
+                cache_dir=str(Path(settings.cache_dir) / "datasets"),
+                fingerprint=fingerprint,  # the files' names and bytes: an edit makes a new copy
+                num_proc=settings.processes(),
+                streaming=settings.streaming,
+            )
+            return _scan_text_rows(dataset, paths, settings)  # a stream is read (and can fail) here
         else:
             dataset = datasets.load_dataset(
                 fmt,
                 data_files=[str(p) for p in paths],
                 split="train",
-                cache_dir=cache_dir,
+                # datasets keys its own cache on file paths and mtimes; a folder per content hash
+                # also catches an edit that keeps the mtime (the stale Arrow copy is then never read).
+                cache_dir=str(Path(settings.cache_dir) / "datasets" / fingerprint),
                 streaming=settings.streaming,
             )
-        if fmt != "text":
-            dataset = _select_text_field(dataset, settings.text_field, role, names)
-        return _scan(dataset, paths, fmt, settings, role)  # a stream is read (and can fail) here
+        dataset = _select_text_field(dataset, settings.text_field, role, names)
+        return _scan_documents(dataset, paths, settings, role)  # a stream is read (and can fail) here
     except MiniGPTUserError:
         raise
     except (
@@ -275,37 +290,6 @@ def _load_local(
     ) as err:
         cause = err.__cause__ or err
         raise DataError(f"cannot read {role} data {names} as {fmt}: {type(cause).__name__}: {cause}") from err
-
-
-def _load_text(
-    paths: list[Path], settings: DataSettings, cache_dir: str
-) -> datasets.Dataset | datasets.IterableDataset:
-    # Record rows per input file (a file is a document) in the split info. A datasets flag, read
-    # at generation time; a cached generation made without it lacks the counts, so regenerate then.
-    datasets.config.SAVE_ORIGINAL_SHARD_LENGTHS = True
-    kwargs = dict(
-        data_files=[str(p) for p in paths],
-        split="train",
-        keep_linebreaks=True,  # rows joined in order give back the text
-        encoding_errors="replace",  # undecodable bytes become U+FFFD, counted against the tolerance
-        cache_dir=cache_dir,
-        streaming=settings.streaming,
-    )
-    dataset = datasets.load_dataset("text", **kwargs)
-    if not settings.streaming and len(paths) > 1 and _file_rows(dataset, len(paths)) is None:
-        dataset = datasets.load_dataset("text", download_mode="force_redownload", **kwargs)
-    return dataset
-
-
-def _file_rows(dataset: datasets.Dataset, num_files: int) -> list[int] | None:
-    """Rows per input file of a loaded text split (None if `datasets` did not record them)."""
-    if num_files == 1:
-        return [dataset.num_rows]
-    lengths = dataset.info.splits["train"].original_shard_lengths if dataset.info.splits else None
-    if lengths is None:
-        return None
-    lengths = list(lengths) + [0] * (num_files - len(lengths))  # trailing files without rows
-    return lengths if sum(lengths) == dataset.num_rows else None
 
 
 def _load_saved(path: Path, role: str) -> datasets.Dataset:
@@ -340,11 +324,15 @@ def arrow_batches(
     start: int = 0,
     stop: int | None = None,
     batch_rows: int = SCAN_BATCH_ROWS,
+    columns: list[str] | None = None,
 ) -> Iterator[pa.Table]:
-    """Rows [start, stop) of a Dataset or IterableDataset as Arrow tables (memory: one batch)."""
+    """Rows [start, stop) of a Dataset or IterableDataset as Arrow tables (memory: one batch), with
+    only `columns` when given."""
+    if columns is not None:
+        dataset = dataset.select_columns(columns)
     if isinstance(dataset, datasets.Dataset):
         stop = dataset.num_rows if stop is None else int(stop)
-        arrow = dataset.with_format("arrow")
+        arrow = dataset.with_format("arrow")  # once: each with_format copies the dataset's description
         for begin in range(int(start), stop, batch_rows):
             yield arrow[begin : min(begin + batch_rows, stop)]
         return
@@ -352,6 +340,39 @@ def arrow_batches(
     if stop is not None:
         stream = stream.take(stop - start)
     yield from stream.with_format("arrow").iter(batch_size=batch_rows)
+
+
+def _numbers(table: pa.Table, column: str) -> np.ndarray:
+    return table.column(column).to_numpy().astype(np.int64, copy=False)
+
+
+def _too_invalid(where: object, chars: int, invalid: int, settings: DataSettings) -> DataError | None:
+    if chars and invalid / chars > settings.max_invalid_utf8_fraction:
+        return DataError(
+            f"{where} does not look like UTF-8 text: {invalid / chars:.1%} of its characters are "
+            f"undecodable or NUL (data.max_invalid_utf8_fraction={settings.max_invalid_utf8_fraction})"
+        )
+    return None
+
+
+def _scan_text_rows(dataset, paths: list[Path], settings: DataSettings) -> _Loaded:
+    """Sizes of text files' rows, and each file checked for undecodable text, from the counts taken
+    as they were read (`text_files`): no pass over the text."""
+    chars = np.zeros(len(paths), dtype=np.int64)
+    invalid = np.zeros(len(paths), dtype=np.int64)
+    rows = total = 0
+    for table in arrow_batches(dataset, columns=["doc", "bytes", "chars", "invalid"]):
+        doc = _numbers(table, "doc")
+        chars += np.bincount(doc, weights=_numbers(table, "chars"), minlength=len(paths)).astype(np.int64)
+        invalid += np.bincount(doc, weights=_numbers(table, "invalid"), minlength=len(paths)).astype(np.int64)
+        rows, total = rows + table.num_rows, total + int(_numbers(table, "bytes").sum())
+    for doc in np.flatnonzero(invalid):
+        error = _too_invalid(paths[doc], int(chars[doc]), int(invalid[doc]), settings)
+        if error is not None:
+            raise error
+    if total == 0:
+        raise DataError(f"text files {', '.join(map(str, paths[:3]))} hold no text")
+    return _Loaded(dataset, rows, total, int((chars > 0).sum()))
 
 
 def _text_sizes(table: pa.Table) -> tuple[int, int, int]:
@@ -363,70 +384,48 @@ def _text_sizes(table: pa.Table) -> tuple[int, int, int]:
     return size, chars, invalid
 
 
-def _scan(dataset, paths: list[Path], fmt: str, settings: DataSettings, role: str) -> _Loaded:
-    """Count rows and bytes, and refuse text that is mostly undecodable (binary or not UTF-8)."""
-    if fmt == "text":
-        if isinstance(dataset, datasets.Dataset):
-            file_rows = _file_rows(dataset, len(paths))
-            if file_rows is None:
-                raise DataError(f"{role}: datasets did not record rows per file; clear {settings.cache_dir}")
-            offsets = np.concatenate([[0], np.cumsum(file_rows)])
-            parts = [
-                (paths[i], lambda i=i: arrow_batches(dataset, offsets[i], offsets[i + 1]))
-                for i in range(len(paths))
-            ]
-        else:  # a stream has one shard per file, in order
-            if dataset.num_shards != len(paths):
-                raise DataError(f"{role}: expected one stream shard per file, got {dataset.num_shards}")
-            parts = [
-                (paths[i], lambda i=i: arrow_batches(dataset.shard(len(paths), i))) for i in range(len(paths))
-            ]
-    else:
-        parts = [(paths[0] if len(paths) == 1 else f"{role} data", lambda: arrow_batches(dataset))]
-    rows, total_bytes, part_rows = 0, 0, []
-    for where, batches in parts:
-        n, size, chars, invalid = 0, 0, 0, 0
-        for table in batches():
-            b, c, i = _text_sizes(table)
-            n, size, chars, invalid = n + table.num_rows, size + b, chars + c, invalid + i
-        if chars and invalid / chars > settings.max_invalid_utf8_fraction:
-            raise DataError(
-                f"{where} does not look like UTF-8 text: {invalid / chars:.1%} of its characters are "
-                f"undecodable or NUL (data.max_invalid_utf8_fraction={settings.max_invalid_utf8_fraction})"
-            )
-        rows, total_bytes = rows + n, total_bytes + size
-        part_rows.append(n)
-    if total_bytes == 0:
+def _scan_documents(dataset, paths: list[Path], settings: DataSettings, role: str) -> _Loaded:
+    """Count rows and bytes of a source of documents, and refuse text that is mostly undecodable."""
+    rows = size = chars = invalid = 0
+    for table in arrow_batches(dataset):
+        b, c, i = _text_sizes(table)
+        rows, size, chars, invalid = rows + table.num_rows, size + b, chars + c, invalid + i
+    error = _too_invalid(paths[0] if len(paths) == 1 else f"{role} data", chars, invalid, settings)
+    if error is not None:
+        raise error
+    if size == 0:
         raise DataError(f"{role} data {', '.join(map(str, paths[:3]))} holds no text")
-    return _Loaded(dataset, rows, total_bytes, part_rows if fmt == "text" else None)
+    return _Loaded(dataset, rows, size, rows)
 
 
-def _row_bytes(table: pa.Table) -> np.ndarray:
-    return pc.binary_length(table.column("text")).fill_null(0).to_numpy(zero_copy_only=False)
+def row_bytes(table: pa.Table) -> np.ndarray:
+    """UTF-8 bytes of each row of an Arrow batch: the `bytes` column of text files' rows, else measured."""
+    if "bytes" in table.column_names:
+        return _numbers(table, "bytes")
+    return pc.binary_length(table.column("text")).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
 
 
-def _tail_boundary(loaded: _Loaded, fraction: float) -> tuple[int, int]:
-    """(row, bytes before it) of the first row boundary at or after (1 - fraction) of the bytes."""
-    target = loaded.bytes * (1.0 - fraction)
-    seen, row = 0, 0
-    for table in arrow_batches(loaded.dataset):
-        sizes = _row_bytes(table)
-        batch_total = int(sizes.sum())
-        if seen + batch_total >= target:
-            ends = seen + np.cumsum(sizes)  # bytes up to the end of each row
-            k = int(np.searchsorted(ends, target, side="left"))
-            return row + k + 1, int(ends[k])
-        seen, row = seen + batch_total, row + table.num_rows
-    return loaded.rows, loaded.bytes
+def size_columns(dataset) -> list[str]:
+    """The columns `_row_bytes` needs: never the text of text files' rows."""
+    return SIZE_COLUMNS if "doc" in (dataset.column_names or []) else ["text"]
 
 
-def _doc_ends_within(file_rows: list[int] | None, start: int, stop: int) -> np.ndarray | None:
-    """Row indices (relative to `start`) in [start, stop) that end a text file."""
-    if file_rows is None:
-        return None
-    ends = np.cumsum(np.asarray(file_rows, dtype=np.int64)) - 1
-    ends = ends[(ends >= start) & (ends < stop) & (np.asarray(file_rows) > 0)]
-    return ends - start
+def _count(dataset) -> tuple[int, int, int]:
+    """(rows, UTF-8 bytes, documents with text) of a split; text files' rows are counted by their
+    `doc` column (a file's rows are consecutive), other rows are documents."""
+    rows = size = documents = 0
+    last_doc = -1
+    for table in arrow_batches(dataset, columns=size_columns(dataset)):
+        sizes = row_bytes(table)
+        rows, size = rows + table.num_rows, size + int(sizes.sum())
+        if "doc" in table.column_names:
+            doc = _numbers(table, "doc")
+            if len(doc):
+                documents += int((np.diff(doc) != 0).sum()) + int(doc[0] != last_doc)
+                last_doc = int(doc[-1])
+        else:
+            documents += int((sizes > 0).sum())
+    return rows, size, documents
 
 
 def _row_range(dataset, start: int, stop: int):
@@ -438,62 +437,88 @@ def _row_range(dataset, start: int, stop: int):
     return stream.take(stop - start)
 
 
+def _tail_cut(loaded: _Loaded, fraction: float) -> tuple[int, dict | None, dict | None]:
+    """Where the tail split cuts: (row, head, tail). Rows [0, row) go to train, rows after `row` to
+    validation; `row` itself is split at the first line end at or after (1 - fraction) of the bytes
+    into `head` (train) and `tail` (validation), or goes whole to train (head and tail None)."""
+    target = loaded.bytes * (1.0 - fraction)
+    seen, row = 0, 0
+    for table in arrow_batches(loaded.dataset, columns=size_columns(loaded.dataset)):
+        sizes = row_bytes(table)
+        batch_total = int(sizes.sum())
+        if seen + batch_total >= target:
+            ends = seen + np.cumsum(sizes)  # bytes up to the end of each row
+            k = int(np.searchsorted(ends, target, side="left"))
+            row += k
+            start = int(ends[k] - sizes[k])
+            break
+        seen, row = seen + batch_total, row + table.num_rows
+    else:
+        return loaded.rows, None, None
+    if "end" not in (loaded.dataset.column_names or []):  # a document per row: cut after it
+        return row + 1, None, None
+    [record] = next(arrow_batches(loaded.dataset, row, row + 1)).to_pylist()
+    data = record["text"].encode("utf-8")
+    local = int(np.ceil(target - start))  # the cut is at a line end at or after this byte of the row
+    newline = data.find(b"\n", max(local - 1, 0))
+    cut = len(data) if newline < 0 else newline + 1
+    if cut >= len(data):
+        return row + 1, None, None
+    head, tail = data[:cut].decode("utf-8"), data[cut:].decode("utf-8")  # cut after "\n": whole characters
+    return row, _text_row(head, record["doc"], False), _text_row(tail, record["doc"], record["end"])
+
+
+def _text_row(text: str, doc: int, end: bool) -> dict:
+    invalid = sum(text.count(bad) for bad in INVALID_CHARS)
+    return {"text": text, "doc": doc, "end": end, "bytes": len(text.encode()), "chars": len(text), "invalid": invalid}
+
+
+def _with_row(dataset, row: dict, first: bool):
+    """`dataset` with one more text-file row before (`first`) or after it."""
+    one = datasets.Dataset.from_list([row], features=text_features())
+    if isinstance(dataset, datasets.IterableDataset):
+        one = one.to_iterable_dataset()
+    return datasets.concatenate_datasets([one, dataset] if first else [dataset, one])
+
+
 def _split_tail(loaded: _Loaded, fraction: float) -> tuple[RawSplit, RawSplit]:
-    """Train = the first (1 - fraction) of the bytes, validation = the rest, cut at a row boundary."""
-    cut, cut_bytes = _tail_boundary(loaded, fraction)
-    train = RawSplit(
-        "train",
-        _row_range(loaded.dataset, 0, cut),
-        cut,
-        cut_bytes,
-        _doc_ends_within(loaded.file_rows, 0, cut),
-    )
-    validation = RawSplit(
-        "validation",
-        _row_range(loaded.dataset, cut, loaded.rows),
-        loaded.rows - cut,
-        loaded.bytes - cut_bytes,
-        _doc_ends_within(loaded.file_rows, cut, loaded.rows),
-    )
-    return train, validation
+    """Train = the first (1 - fraction) of the bytes, validation = the rest, cut at a line (or row) end."""
+    row, head, tail = _tail_cut(loaded, fraction)
+    train = _row_range(loaded.dataset, 0, row)
+    validation = _row_range(loaded.dataset, row + (head is not None), loaded.rows)
+    if head is not None:
+        train, validation = _with_row(train, head, first=False), _with_row(validation, tail, first=True)
+    return _counted("train", train), _counted("validation", validation)
 
 
-def _in_validation(
-    batch: dict, indices: list[int], *, row_doc: np.ndarray | None, seed: int, fraction: float, keep: bool
-) -> list[bool]:
-    """`Dataset.filter` predicate: is each row's document in the validation set (== `keep`)?"""
-    idx = np.asarray(indices, dtype=np.int64)
-    docs = idx if row_doc is None else row_doc[idx]
+def _counted(name: str, dataset) -> RawSplit:
+    rows, size, documents = _count(dataset)
+    return RawSplit(name, dataset, rows, size, documents)
+
+
+def _in_validation(*columns_and_indices, seed: int, fraction: float, keep: bool) -> list[bool]:
+    """`Dataset.filter` predicate: is each row's document in the validation set (== `keep`)?
+    Called with (doc column, indices) for text files' rows, else (indices): a row is a document."""
+    docs = np.asarray(columns_and_indices[0], dtype=np.int64)
     return list((seeded_unit(docs, seed) < fraction) == keep)
 
 
 def _split_random(loaded: _Loaded, settings: DataSettings) -> tuple[RawSplit, RawSplit]:
     """Whole documents drawn for validation by a seeded hash of their index (same in streaming)."""
-    if loaded.file_rows is not None:
-        file_rows = np.asarray(loaded.file_rows, dtype=np.int64)
-        row_doc = np.repeat(np.arange(len(file_rows)), file_rows)  # document (= file) of each row
-        picked = seeded_unit(np.arange(len(file_rows)), settings.seed) < settings.validation_fraction
-    else:
-        row_doc, picked = None, None
+    by_document = "doc" in (loaded.dataset.column_names or [])
     splits = []
     for name, keep in (("train", False), ("validation", True)):
-        kwargs = dict(row_doc=row_doc, seed=settings.seed, fraction=settings.validation_fraction, keep=keep)
-        part = loaded.dataset.filter(_in_validation, batched=True, with_indices=True, fn_kwargs=kwargs)
-        rows, size = 0, 0
-        for table in arrow_batches(part):
-            rows, size = rows + table.num_rows, size + int(_row_bytes(table).sum())
-        doc_ends = None
-        if picked is not None:
-            kept = file_rows[picked == keep]
-            doc_ends = (np.cumsum(kept) - 1)[kept > 0]
-        splits.append(RawSplit(name, part, rows, size, doc_ends))
+        kwargs = dict(seed=settings.seed, fraction=settings.validation_fraction, keep=keep)
+        part = loaded.dataset.filter(
+            _in_validation,
+            batched=True,
+            with_indices=True,
+            input_columns=["doc"] if by_document else [],  # never the text
+            fn_kwargs=kwargs,
+            **({} if isinstance(loaded.dataset, datasets.IterableDataset) else {"desc": f"{name} documents"}),
+        )
+        splits.append(_counted(name, part))
     return splits[0], splits[1]
-
-
-def _whole_split(name: str, loaded: _Loaded) -> RawSplit:
-    """All of `loaded` as one split (separate train and validation files)."""
-    doc_ends = _doc_ends_within(loaded.file_rows, 0, loaded.rows)
-    return RawSplit(name, loaded.dataset, loaded.rows, loaded.bytes, doc_ends)
 
 
 def source_files(settings: DataSettings) -> tuple[list[Path], list[Path]]:
@@ -514,7 +539,8 @@ def load_raw_corpus(settings: DataSettings) -> RawCorpus:
     if validation_paths:
         val_fmt = detect_format(validation_paths, settings.format)
         other = _load(validation_paths, val_fmt, settings, "validation")
-        train, validation = _whole_split("train", loaded), _whole_split("validation", other)
+        train = RawSplit("train", loaded.dataset, loaded.rows, loaded.bytes, loaded.documents)
+        validation = RawSplit("validation", other.dataset, other.rows, other.bytes, other.documents)
     elif settings.split_method(len(train_paths)) == "tail":
         train, validation = _split_tail(loaded, settings.validation_fraction)
     else:
@@ -531,7 +557,7 @@ def load_raw_corpus(settings: DataSettings) -> RawCorpus:
 
 def iter_texts(split: RawSplit) -> Iterator[str]:
     """The split's texts in order, one Arrow batch in memory at a time."""
-    for table in arrow_batches(split.dataset):
+    for table in arrow_batches(split.dataset, columns=["text"]):
         yield from (text for text in table.column("text").to_pylist() if text)
 
 

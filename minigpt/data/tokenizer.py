@@ -21,7 +21,8 @@ from ..distributed import is_main_process
 from ..errors import ConfigError
 from .provenance import TrainingData, content_fingerprint, list_sources, split_settings
 from .settings import DataSettings, TokenizerSettings
-from .sources import detect_format, iter_texts, load_raw_corpus, source_files
+from .sources import detect_format, load_raw_corpus, source_files
+from .tokenizer_sample import sample_plan, training_text
 
 TRAINING_RECORD = "minigpt_tokenizer.json"  # the settings and data a saved tokenizer was trained with
 # How a tokenizer was loaded, which from_pretrained records among its init arguments and
@@ -122,16 +123,40 @@ def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerFast) -> str:
     return digest.hexdigest()[:16]
 
 
-def training_data(data: DataSettings, train_bytes: int | None = None) -> TrainingData:
-    """What a tokenizer trained on `data`'s train split is trained on (reads every file to hash it)."""
+def training_data(
+    data: DataSettings, train_bytes: int | None = None, sample: dict | None = None, save: bool = True
+) -> TrainingData:
+    """What a tokenizer trained on `data`'s train split is trained on (hashes every file not hashed
+    before: `digests`; `save`: remember new digests in data.cache_dir)."""
     train_paths, _ = source_files(data)
     fmt = detect_format(train_paths, data.format)
     return TrainingData(
         files=list_sources(train_paths),
-        fingerprint=content_fingerprint(train_paths, portable=True),
+        fingerprint=content_fingerprint(train_paths, portable=True, cache_dir=data.cache_dir, save=save),
         split=split_settings(data, fmt, len(train_paths)),
         train_bytes=train_bytes,
+        sample=sample,
     )
+
+
+def _sample_in_words(plan: dict | None) -> str:
+    if plan is None:
+        return "all of its train split"
+    cap = f", tokenizer.doc_max_chars={plan['doc_max_chars']:,}" if plan.get("doc_max_chars") else ""
+    return f"a sample of its train split (tokenizer.train_max_bytes={plan['max_bytes']:,}{cap}, data.seed={plan['seed']})"
+
+
+def _sample_difference(saved: TrainingData, settings: TokenizerSettings, data: DataSettings) -> str | None:
+    """How this config would sample the same train split otherwise than the saved tokenizer was
+    (a split within both budgets is read whole either way), in words; None when the same."""
+    if saved.train_bytes is None:
+        return None
+    now = sample_plan(settings, saved.train_bytes, data.seed)
+    now_plan = now.to_dict() if now is not None else None
+    then_plan = {k: saved.sample[k] for k in ("max_bytes", "doc_max_chars", "seed")} if saved.sample else None
+    if now_plan == then_plan:
+        return None
+    return f"on {_sample_in_words(then_plan)} (this config: {_sample_in_words(now_plan)})"
 
 
 def read_training_record(path: str | Path) -> dict | None:
@@ -195,9 +220,11 @@ def check_training_record(
         problems.append("with " + ", ".join(details))
     saved_data = TrainingData.from_dict(record["trained_on"]) if "trained_on" in record else None
     if saved_data is not None:
-        current = training_data(data)
+        current = training_data(data, save=False)  # a check writes nothing: it may refuse the run
         if not saved_data.same_text(current):
             problems.insert(0, f"on {saved_data.differences(current)}")
+        elif (sampled := _sample_difference(saved_data, settings, data)) is not None:
+            problems.insert(0, sampled)
         described = f"trained on {saved_data.describe()}"
     else:
         described = "trained on data it has no record of"
@@ -250,9 +277,10 @@ def load_or_train_tokenizer(
             print(f"tokenizer {settings.path}: {len(tokenizer)} tokens, {described}")
         return tokenizer
     corpus = load_raw_corpus(data)
-    print(f"training a byte-level BPE tokenizer (vocab {settings.vocab_size}) on {corpus.train.describe()}")
-    tokenizer = train_tokenizer(iter_texts(corpus.train), settings, length=corpus.train.rows)
-    trained_on = training_data(data, train_bytes=corpus.train.bytes)
+    text = training_text(corpus.train, settings, data.seed)  # all of the train split, or a sample
+    print(f"training a byte-level BPE tokenizer (vocab {settings.vocab_size}) on {text.describe()}")
+    tokenizer = train_tokenizer(text.texts, settings, length=text.rows)
+    trained_on = training_data(data, train_bytes=corpus.train.bytes, sample=text.record())
     save_tokenizer(tokenizer, settings.path, settings, trained_on)
     print(f"tokenizer saved to {settings.path}: {len(tokenizer)} tokens, trained on {trained_on.describe()}")
     return load_tokenizer(settings.path)

@@ -1,0 +1,258 @@
+"""The data stage at scale, on tiny corpora: text files read in pieces, documents as rows, a bounded
+and spread tokenizer sample, file digests read once, and a resumed run that does not replay data."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from conftest import REPO_ROOT, small_run
+
+from minigpt.data import digests
+from minigpt.data.corpus import prepare_corpus
+from minigpt.data.settings import DataSettings, TokenizerSettings
+from minigpt.data.sources import load_raw_corpus
+from minigpt.data.text_files import read_text_rows
+from minigpt.data.tokenizer import TRAINING_RECORD, load_or_train_tokenizer, train_tokenizer
+from minigpt.data.tokenizer_sample import sample_plan, training_text
+from minigpt.errors import ConfigError
+
+TEXT = (REPO_ROOT / "data" / "tinyshakespeare.txt").read_text(encoding="utf-8")
+EOS = 0
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_tokenizer(TEXT[:60_000].splitlines(keepends=True), TokenizerSettings(vocab_size=400, show_progress=False))
+
+
+def write(path: Path, text: str, newline: str | None = None) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8", newline=newline) as handle:
+        handle.write(text)
+    return path
+
+
+def settings_for(tmp_path: Path, files, **overrides) -> DataSettings:
+    values = dict(
+        train_files=[str(f) for f in (files if isinstance(files, list) else [files])],
+        cache_dir=str(tmp_path / "cache"),
+        block_size=32,
+        num_proc=1,
+        show_progress=False,
+    )
+    return DataSettings(**{**values, **overrides})
+
+
+# ---- text files in pieces ------------------------------------------------------------------------
+
+
+def test_a_text_file_is_read_in_pieces_that_end_lines_and_join_to_the_file(tmp_path):
+    text = "short\r\nwindows\r\nold mac\rline\n" + "x" * 25 + "\nlast line"  # lines under 10 but one
+    path = write(tmp_path / "a.txt", text, newline="")  # the CRs as written
+    rows = list(read_text_rows([(7, str(path))], piece_chars=10))
+    expected = text.replace("\r\n", "\n").replace("\r", "\n")  # universal newlines, as datasets' text loader
+    assert "".join(row["text"] for row in rows) == expected
+    assert len(rows) >= 4 and all(row["doc"] == 7 for row in rows)
+    assert [row["end"] for row in rows] == [False] * (len(rows) - 1) + [True]  # only the file's last piece
+    # Each piece ends a line, but in a line longer than a piece (the 25 x's), and holds at most two.
+    for row in rows[:-1]:
+        assert row["text"].endswith("\n") or row["text"].endswith("x" * 5)
+        assert len(row["text"]) <= 2 * 10
+    for row in rows:
+        assert row["bytes"] == len(row["text"].encode()) and row["chars"] == len(row["text"]) and row["invalid"] == 0
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"caf\xe9 \x00\n")
+    [row] = read_text_rows([(0, str(bad))])
+    assert row["text"] == "caf\ufffd \x00\n" and row["invalid"] == 2  # undecodable and NUL counted as read
+
+
+def test_long_files_are_documents_of_several_rows_with_one_eos_each(tmp_path, tokenizer):
+    docs = [TEXT[:70_000], TEXT[100_000:170_000], TEXT[200_000:203_000]]  # two of them longer than a piece
+    folder = tmp_path / "books"
+    for i, doc in enumerate(docs):
+        write(folder / f"{i}.txt", doc)
+    val = write(tmp_path / "val.txt", TEXT[300_000:303_000])
+    settings = settings_for(tmp_path, folder, validation_files=[str(val)], block_size=16)
+    raw = load_raw_corpus(settings)
+    assert raw.train.documents == 3 and raw.train.rows > 3  # rows: pieces of at most 64K characters
+    assert raw.train.bytes == sum(len(d.encode()) for d in docs)
+    corpus = prepare_corpus(settings, tokenizer)
+    tokens = [t for row in corpus.train["input_ids"] for t in row]
+    pieces = tokenizer.decode(tokens, skip_special_tokens=False).split("<|endoftext|>")
+    assert pieces[:2] == docs[:2] and docs[2].startswith(pieces[2])  # an EOS after each file only
+    assert corpus.train_stats.documents == 3
+
+
+def test_a_random_split_of_text_files_keeps_each_file_whole_on_one_side(tmp_path):
+    folder = tmp_path / "src"
+    for i in range(30):  # every third file longer than a row: rows of one file must stay together
+        body = TEXT[i * 3000 : i * 3000 + 2500] * (30 if i % 3 == 0 else 1)
+        write(folder / f"m{i:02d}.py", "".join(f"# file {i}\n{line}\n" for line in body.splitlines()))
+    raw = load_raw_corpus(settings_for(tmp_path, folder, validation_fraction=0.2))
+    assert raw.train.rows + raw.validation.rows == 40  # 2 rows for each long file
+    sides = {}
+    for name, split in (("train", raw.train), ("validation", raw.validation)):
+        for text in split.dataset["text"]:
+            for file in set(re.findall(r"^# file (\d+)$", text, flags=re.MULTILINE)):
+                sides.setdefault(int(file), set()).add(name)
+    assert len(sides) == 30 and all(len(s) == 1 for s in sides.values())
+    assert raw.train.documents + raw.validation.documents == 30 and 0 < raw.validation.documents < 15
+
+
+# ---- the tokenizer's sample ----------------------------------------------------------------------
+
+
+def marked_corpus(folder: Path, files: int = 40, size: int = 4000) -> Path:
+    """`files` files, each opening with its own marker line, in a folder."""
+    for i in range(files):
+        write(folder / f"f{i:03d}.txt", f"MARKER{i:03d}\n" + TEXT[i * size : (i + 1) * size])
+    return folder
+
+
+def test_a_split_over_the_budget_is_sampled_across_all_of_it(tmp_path):
+    data = settings_for(tmp_path, marked_corpus(tmp_path / "src"), validation_fraction=0.1)
+    split = load_raw_corpus(data).train
+    budget = split.bytes // 4
+    settings = TokenizerSettings(train_max_bytes=budget, doc_max_chars=3000)
+
+    def sample(seed: int) -> list[str]:
+        text = training_text(split, settings, seed)
+        texts = list(text.texts)
+        assert 0 < text.bytes_read <= budget and text.rows_read == len(texts)
+        return texts
+
+    texts = sample(1337)
+    assert texts == sample(1337) and texts != sample(7)  # seeded
+    assert all(len(t) <= 3000 for t in texts)  # the head of each document at most
+    markers = sorted(int(t[6:9]) for t in texts if t.startswith("MARKER"))
+    assert len(markers) == len(texts) >= 5
+    assert markers[0] < 10 and markers[-1] >= 30  # from the whole folder, not its first files
+    assert sum(len(t.encode()) for t in texts) > 0.6 * budget  # about the budget
+    # A split within the budget (the default run's 1 MB against 200 MB) is read whole.
+    assert sample_plan(TokenizerSettings(), split.bytes, 1337) is None
+    assert sample_plan(TokenizerSettings(), 1_003_856, 1337) is None
+    whole = training_text(split, TokenizerSettings(train_max_bytes=split.bytes), 1337)
+    assert "".join(whole.texts) == "".join(split.dataset["text"]) and whole.record() is None
+
+
+def test_the_sample_is_said_recorded_and_checked_on_reuse(tmp_path, capsys):
+    data = settings_for(tmp_path, marked_corpus(tmp_path / "src"))
+    budget = load_raw_corpus(data).train.bytes // 3
+    settings = TokenizerSettings(
+        path=str(tmp_path / "tok"), vocab_size=300, train_max_bytes=budget, doc_max_chars=2000, show_progress=False
+    )
+    load_or_train_tokenizer(settings, data)
+    out = capsys.readouterr().out
+    assert "on a sample of the train split (" in out and f"tokenizer.train_max_bytes={budget:,}" in out
+    record = json.loads((tmp_path / "tok" / TRAINING_RECORD).read_text())
+    assert "train_max_bytes" not in record and "doc_max_chars" not in record  # with the data, not the settings
+    sample = record["trained_on"]["sample"]
+    assert (sample["max_bytes"], sample["doc_max_chars"], sample["seed"]) == (budget, 2000, data.seed)
+    assert 0 < sample["bytes"] <= budget and sample["rows"] > 0
+    load_or_train_tokenizer(settings, data)  # the same sample: reused
+    assert "a sample of" in capsys.readouterr().out
+    for changed, words in (
+        (dict(train_max_bytes=budget + 1), f"tokenizer.train_max_bytes={budget + 1:,}"),
+        (dict(doc_max_chars=0), "(this config: a sample of its train split (tokenizer.train_max_bytes"),
+        (dict(train_max_bytes=0), "(this config: all of its train split)"),
+    ):
+        with pytest.raises(ConfigError, match="was trained on a sample of its train split") as error:
+            load_or_train_tokenizer(TokenizerSettings(**{**settings.__dict__, **changed}), data)
+        assert words in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_whole_split_tokenizer_stays_reusable_under_any_budget_it_fits(tmp_path):
+    data = settings_for(tmp_path, marked_corpus(tmp_path / "src", files=8))
+    settings = TokenizerSettings(path=str(tmp_path / "tok"), vocab_size=300, show_progress=False)
+    load_or_train_tokenizer(settings, data)
+    record = json.loads((tmp_path / "tok" / TRAINING_RECORD).read_text())["trained_on"]
+    assert "sample" not in record  # as records were before samples existed
+    for budget in (0, record["train_bytes"], 10**12):  # none of them samples this split
+        load_or_train_tokenizer(TokenizerSettings(**{**settings.__dict__, "train_max_bytes": budget}), data)
+    with pytest.raises(ConfigError, match=r"on all of its train split \(this config: a sample"):
+        load_or_train_tokenizer(TokenizerSettings(**{**settings.__dict__, "train_max_bytes": 1000}), data)
+    with pytest.raises(ConfigError, match="tokenizer.train_max_bytes must be >= 0"):
+        TokenizerSettings(train_max_bytes=-1).validate()
+
+
+# ---- file digests: each byte read once ---------------------------------------------------------------
+
+
+def test_file_digests_are_read_once_and_again_after_any_edit(tmp_path, monkeypatch):
+    monkeypatch.setattr(digests, "RACY_SECONDS", 0.0)  # files written just now count as settled
+    monkeypatch.setattr(digests, "_memory", {})
+    files = [write(tmp_path / f"{i}.txt", TEXT[i * 100 : i * 100 + 100]) for i in range(3)]
+    hashed = []
+    real = digests._hash_file
+    monkeypatch.setattr(digests, "_hash_file", lambda path: hashed.append(path) or real(path))
+    first = digests.file_digests(files, tmp_path / "cache")
+    assert len(hashed) == 3 and (tmp_path / "cache" / "digests").is_dir()
+    assert digests.file_digests(files, tmp_path / "cache") == first and len(hashed) == 3  # this process: memory
+    monkeypatch.setattr(digests, "_memory", {})  # another run: the store under the cache folder
+    assert digests.file_digests(files, tmp_path / "cache") == first and len(hashed) == 3
+    stat = files[1].stat()
+    write(files[1], "#" + TEXT[101:200])  # same size, mtime put back: the change time still moves
+    os.utime(files[1], ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    again = digests.file_digests(files, tmp_path / "cache")
+    assert hashed[3:] == [str(files[1])] and again[1] != first[1] and again[0] == first[0]
+    before = sorted((tmp_path / "cache" / "digests").iterdir())
+    digests.file_digests(files + [write(tmp_path / "new.txt", "x")], tmp_path / "other", save=False)
+    assert not (tmp_path / "other").exists() and sorted((tmp_path / "cache" / "digests").iterdir()) == before
+
+
+def test_a_cached_corpus_starts_without_reading_its_files(tmp_path, tokenizer, monkeypatch):
+    """What the start of training does on a filled cache: no file's bytes hashed again, no text read."""
+    monkeypatch.setattr(digests, "RACY_SECONDS", 0.0)
+    folder = marked_corpus(tmp_path / "src", files=12)
+    settings = settings_for(tmp_path, folder)
+    first = prepare_corpus(settings, tokenizer)
+    monkeypatch.setattr(digests, "_memory", {})  # as a new process
+    read = []
+    monkeypatch.setattr(digests, "_hash_file", lambda path: read.append(path) or "00")
+    import minigpt.data.corpus as corpus_module
+
+    monkeypatch.setattr(corpus_module, "load_raw_corpus", lambda *a: read.append("text"))
+    again = prepare_corpus(settings, tokenizer)
+    assert read == [] and again.reused and again.cache_dir == first.cache_dir
+
+
+# ---- a resumed run does not replay the batches it skips ---------------------------------------------
+
+
+def test_a_resumed_run_fetches_only_the_blocks_it_trains_on(tmp_path, monkeypatch):
+    """Trainer skips the trained batches of the epoch with accelerate's SkipBatchSampler: indices
+    only. Counted: the blocks the resumed run reads are those of its own steps, none skipped."""
+    from transformers import TrainerCallback
+
+    from minigpt.data.training_blocks import TrainingBlocks
+    from minigpt.training.interrupt import StopController
+    from minigpt.training.run import run_training
+
+    monkeypatch.chdir(REPO_ROOT)
+    corpus = write(tmp_path / "corpus.txt", TEXT[:8000])  # one epoch: more steps than the run makes
+    fetched = []
+    real = TrainingBlocks.__getitem__
+    monkeypatch.setattr(TrainingBlocks, "__getitem__", lambda self, i: fetched.append(i) or real(self, i))
+    overrides = ("data.shift_blocks=false", "training.max_steps=12", "hardware.dataloader_num_workers=0")
+    stop = StopController()
+
+    class StopAt(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == 9:
+                stop.request_stop()
+
+    run_training(small_run(tmp_path / "run", corpus, *overrides), callbacks=[StopAt()], stop_controller=stop)
+    batch = 8  # smoke.yaml's per_device_train_batch_size
+    # accelerate's data loader reads one batch ahead (to know which is the last): 9 steps, 10 batches
+    assert len(fetched) == (9 + 1) * batch, len(fetched)
+    trained = list(fetched)
+    fetched.clear()
+    run_training(small_run(tmp_path / "run", corpus, *overrides), resume=True)
+    # steps 10-12 and the one batch ahead: the 9 batches skipped are never read, only their indices drawn
+    assert len(fetched) == (3 + 1) * batch, len(fetched)
+    assert fetched[:batch] == trained[-batch:]  # step 10 trains on the batch the stopped run had read ahead
+    assert not set(fetched) & set(trained[: 9 * batch])  # the rest of the same epoch's permutation
