@@ -1,0 +1,50 @@
+"""The chat format every MiniGPT tokenizer carries: ChatML role tokens and its Jinja template.
+
+ChatML (`<|im_start|>role\\ncontent<|im_end|>\\n`) is what Qwen models use; transformers applies it
+from `tokenizer.chat_template`, and llama.cpp recognises it in a GGUF's `tokenizer.chat_template`
+(any template holding `<|im_start|>`), so a model exported to a stock architecture or to GGUF chats
+without a hand-written template.
+
+The assistant's turns are wrapped in `{% generation %}` ... `{% endgeneration %}`, so
+`apply_chat_template(..., return_assistant_tokens_mask=True)` marks the tokens the model is trained
+to write: the reply and its `<|im_end|>` (the model learns to stop), never the role header
+(`<|im_start|>assistant\\n`), which the template writes itself. Runtimes that do not know the markers
+(llama.cpp's Jinja) get `template_without_generation_markers`.
+"""
+
+from __future__ import annotations
+
+import re
+
+IM_START = "<|im_start|>"  # opens a turn, followed by the role and a newline
+IM_END = "<|im_end|>"  # ends a turn: the end-of-turn token generation stops at
+CHAT_TOKENS = (IM_START, IM_END)
+ROLES = ("system", "user", "assistant")
+
+CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{%- if message['role'] not in ['system', 'user', 'assistant'] -%}"
+    "{{- raise_exception('unknown role ' + message['role'] + ': use system, user or assistant') -}}"
+    "{%- endif -%}"
+    "{%- if message['role'] == 'assistant' -%}"
+    "{{- '<|im_start|>assistant\n' -}}"
+    "{%- generation -%}"
+    "{{- message['content'] + '<|im_end|>' -}}"
+    "{%- endgeneration -%}"
+    "{{- '\n' -}}"
+    "{%- else -%}"
+    "{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' -}}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}"
+    "{{- '<|im_start|>assistant\n' -}}"
+    "{%- endif -%}"
+)
+
+_GENERATION_MARKER = re.compile(r"\{%-?\s*(end)?generation\s*-?%\}")
+
+
+def template_without_generation_markers(template: str = CHAT_TEMPLATE) -> str:
+    """`template` with its `{% generation %}` / `{% endgeneration %}` tags removed: the same text for
+    runtimes whose Jinja does not know them (llama.cpp, transformers 4.x before 4.43)."""
+    return _GENERATION_MARKER.sub("", template)
