@@ -98,8 +98,7 @@ class TokenizerSettings:
     show_progress: bool = True  # show a progress bar while training
     reuse: str = "matching"  # "matching": use the one at path only if trained on this data/settings; "always"
     # A train split larger than this (UTF-8 bytes) is sampled for the tokenizer, across all of it
-    # (tokenizer_sample.py), so a 10 GB corpus trains it as fast as 100 MB: about a minute and under
-    # 1 GB on 2 cores, compressing within 0.5% of a tokenizer trained on 211 MB whole. 0 = no limit.
+    # (tokenizer_sample.py): its time and memory stay bounded however large the corpus. 0 = no limit.
     train_max_bytes: int = 100_000_000
     # When sampling: characters taken from each document (or 64K piece of a text file) at most, as
     # nanochat's 10,000: more documents in the same budget, one huge file cannot fill it. 0 = all.
