@@ -162,3 +162,5 @@ def test_a_chat_tokenizer_publishes_its_template_and_stops_at_the_end_of_a_turn(
         assert (generation.get("max_length"), generation.get("max_new_tokens")) == (max_length, max_new_tokens)
         tokenizer_config = json.loads((snapshot / "tokenizer_config.json").read_text())
         assert not {"is_local", "local_files_only"} & tokenizer_config.keys(), form
+        card = (snapshot / "README.md").read_text()
+        assert "generator(messages, max_new_tokens=32)" in card, form  # the usage shows a conversation

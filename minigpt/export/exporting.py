@@ -154,8 +154,9 @@ def write_stock_folder(
         export.model.generation_config = portable_generation_config(generation_config, tokenizer, context)
         export.model.save_pretrained(staging)
         save_portable_tokenizer(tokenizer, staging)
+        chat = isinstance(tokenizer.chat_template, str)
         facts = exported_card_facts(
-            export.model, export.architecture.model_type, export.max_logit_difference, source_name, license
+            export.model, export.architecture.model_type, export.max_logit_difference, source_name, license, chat
         )
         (staging / "README.md").write_text(render_model_card(facts), encoding="utf-8")
     return Path(output_dir)

@@ -161,6 +161,13 @@ def _stop_ids(model_dir: Path, eos: int | list[int] | None) -> int | list[int] |
     return list(dict.fromkeys([*ids, end_of_turn]))
 
 
+def _has_chat_template(files: dict[str, Path]) -> bool:
+    """Whether the published tokenizer carries a chat template (its own file, or in its config)."""
+    if "chat_template.jinja" in files:
+        return True
+    return "chat_template" in json.loads(files["tokenizer_config.json"].read_text(encoding="utf-8"))
+
+
 def _stock_files(
     model_dir: Path, staging: Path, generation_file: Path, form: str, gguf_dtype: str | None, repo_id: str
 ) -> dict[str, Path]:
@@ -256,6 +263,7 @@ def collect_files(
         stock_class=(config.get("architectures") or [config.get("model_type")])[0] if stock else None,
         extra_tags=[config["model_type"]] if stock and config.get("model_type") else [],
         gguf_files=sorted(name for name in files if name.endswith(".gguf")),
+        chat_template=_has_chat_template(files),
         num_parameters=count_parameters([p for p in weights.values() if p.suffix == ".safetensors"]),
         license=license,
         run_config=portable.config if portable is not None else None,
