@@ -203,7 +203,7 @@ def test_folder_is_stock_and_round_trips_to_minigpt_bit_exactly(exported, case):
 # logging), a conversation through pipeline("text-generation") and plain generate() calls.
 CHAT_RUNNER = """
 import json, logging, sys, warnings
-from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
+from transformers import pipeline
 logging.captureWarnings(True)
 warnings.simplefilter("always")
 said = []
@@ -217,8 +217,7 @@ folder, messages, new = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
 chat = pipeline("text-generation", model=folder)
 reply = chat(messages, max_new_tokens=new, do_sample=False)[0]["generated_text"][-1]
 chat("ROMEO:", max_new_tokens=new)  # the pipeline's own sampling defaults
-tokenizer = AutoTokenizer.from_pretrained(folder)
-model = AutoModelForCausalLM.from_pretrained(folder)
+tokenizer, model = chat.tokenizer, chat.model  # as AutoTokenizer and AutoModelForCausalLM load them
 inputs = tokenizer("ROMEO:", return_tensors="pt")
 model.generate(**inputs)  # the saved length
 model.generate(**inputs, max_new_tokens=new, do_sample=False)
