@@ -199,6 +199,76 @@ def test_folder_is_stock_and_round_trips_to_minigpt_bit_exactly(exported, case):
     assert rope[0] == rope[1] and (rope[0] is not None) == (model.config.position_embedding_type == "rope")
 
 
+# The child for a chat model: transformers alone, every warning recorded (Python's and transformers'
+# logging), a conversation through pipeline("text-generation") and plain generate() calls.
+CHAT_RUNNER = """
+import json, logging, sys, warnings
+from transformers import pipeline
+logging.captureWarnings(True)
+warnings.simplefilter("always")
+said = []
+class Record(logging.Handler):
+    def emit(self, record):
+        if record.levelno >= logging.WARNING:
+            said.append(record.getMessage())
+for name in ("transformers", "py.warnings"):
+    logging.getLogger(name).addHandler(Record())
+folder, messages, new = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
+chat = pipeline("text-generation", model=folder)
+reply = chat(messages, max_new_tokens=new, do_sample=False)[0]["generated_text"][-1]
+chat("ROMEO:", max_new_tokens=new)  # the pipeline's own sampling defaults
+tokenizer, model = chat.tokenizer, chat.model  # as AutoTokenizer and AutoModelForCausalLM load them
+inputs = tokenizer("ROMEO:", return_tensors="pt")
+model.generate(**inputs)  # the saved length
+model.generate(**inputs, max_new_tokens=new, do_sample=False)
+print(json.dumps({"reply": reply, "keys": sorted(inputs), "class": type(model).__name__, "warnings": said}))
+"""
+
+
+def test_chat_model_exports_for_pipelines_with_messages_and_warns_nowhere(tmp_path, subprocess_env):
+    from transformers import AutoTokenizer
+
+    from minigpt.chat.chat_format import make_chat_ready
+
+    saved = tmp_path / "tokenizer"
+    build_tiny_tokenizer().save_pretrained(saved)
+    tokenizer = AutoTokenizer.from_pretrained(saved)  # loaded: init_kwargs hold is_local, local_files_only
+    model = randomise(tiny_model(**QWEN3_BLOCK), seed=5)
+    make_chat_ready(model, tokenizer)  # the chat tokens (300, 301), template, stop at <|im_end|>
+    model.generation_config.update(max_length=64, do_sample=True, temperature=0.8, top_k=20)  # a run's
+    export_stock_folder(model, tokenizer, tmp_path / "stock", source_name="tiny-chat")
+    folder = tmp_path / "stock"
+
+    generation = json.loads((folder / "generation_config.json").read_text())
+    assert generation["eos_token_id"] == [0, 301] and generation["max_new_tokens"] == 32
+    assert not {"max_length", "do_sample", "temperature", "top_k", "_from_model_config"} & generation.keys()
+    tokenizer_config = json.loads((folder / "tokenizer_config.json").read_text())
+    assert not {"is_local", "local_files_only"} & tokenizer_config.keys()
+    assert tokenizer_config["model_input_names"] == ["input_ids", "attention_mask"]
+    assert tokenizer_config["chat_template"] == (folder / "chat_template.jinja").read_text()
+    assert tokenizer_config["additional_special_tokens"] == ["<|im_start|>", "<|im_end|>"]
+
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Who art thou?"}]
+    new = 8
+    result = subprocess.run(
+        [PYTHON, "-c", BLOCK_MINIGPT + CHAT_RUNNER, str(folder), json.dumps(messages), str(new)],
+        capture_output=True,
+        text=True,
+        env=subprocess_env,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    child = json.loads(result.stdout.strip().splitlines()[-1])
+    assert child["class"] == "Qwen3ForCausalLM" and child["keys"] == ["attention_mask", "input_ids"]
+    assert child["warnings"] == []
+    prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    ours = model.generate(**prompt, max_new_tokens=new, do_sample=False)[0, prompt["input_ids"].shape[1] :]
+    assert child["reply"]["role"] == "assistant"
+    assert child["reply"]["content"] == tokenizer.decode(ours, skip_special_tokens=True)
+    assert len(child["reply"]["content"]) > 0
+
+
 def test_gpt_neox_config_also_carries_the_keys_transformers_4_reads(exported):
     config = json.loads((exported["gpt_neox"][2] / "config.json").read_text())
     assert config["rotary_pct"] == 1.0 and config["use_parallel_residual"] is False

@@ -317,6 +317,77 @@ def test_metadata_tokenizer_and_tied_head(tmp_path, tokenizer):
     assert "output.weight" in read_fields(untied)[1]
 
 
+CONVERSATION = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Who art thou?"}]
+CHAT_STEPS = 12  # reply tokens at most; the 43-token prompt and the reply fit the 64 positions
+
+
+def end_of_turn_bias(model, prompt: list[int], banned: list[int], end_of_turn: int) -> tuple[float, int]:
+    """A logit bias for `end_of_turn` that makes it the greedy choice at one step k >= 4 of the reply
+    and at none before (a random model never ends a turn by itself): halfway between its gap to the
+    leader at k and the smallest gap before k. Returns (bias, k)."""
+    tokens, gaps = list(prompt), []
+    with torch.no_grad():
+        for _ in range(CHAT_STEPS - 1):
+            logits = model(torch.tensor([tokens])).logits[0, -1].double()  # (V,)
+            logits[banned] = -torch.inf
+            gaps.append(float(logits.max() - logits[end_of_turn]))
+            tokens.append(int(logits.argmax()))
+    k = min(range(4, len(gaps)), key=lambda i: gaps[i] - min(gaps[:i]))
+    assert gaps[k] < min(gaps[:k]) - 0.1, gaps  # room for rounding either side of the bias
+    return (gaps[k] + min(gaps[:k])) / 2, k
+
+
+def test_llama_cpp_chat_completion_gives_transformers_greedy_reply(tmp_path):
+    """The GGUF of a chat model carries ChatML's template (without generation markers) and
+    <|im_end|> as its end-of-turn token: llama.cpp's chat completion formats the conversation as
+    transformers does and answers with the same greedy tokens, stopping at <|im_end|>."""
+    from minigpt.data.chat_template import IM_END, template_without_generation_markers
+    from minigpt.data.settings import TokenizerSettings
+    from minigpt.data.tokenizer import train_tokenizer
+
+    settings = TokenizerSettings(vocab_size=300, show_progress=False)  # <|im_start|> 2, <|im_end|> 3
+    texts = (Path(__file__).resolve().parents[1] / "data" / "tinyshakespeare.txt").read_text()[:20_000]
+    chat_tokenizer = train_tokenizer(texts.split("\n\n"), settings)
+    model = scaled_random_model(**QWEN3_BLOCK)
+    path = tmp_path / "chat.gguf"
+    write_gguf(model, chat_tokenizer, path)
+    fields, _ = read_fields(path)
+    assert fields["tokenizer.chat_template"] == template_without_generation_markers()
+    assert fields["tokenizer.ggml.eot_token_id"] == 3 and fields["tokenizer.ggml.eos_token_id"] == 0
+
+    end_of_turn = chat_tokenizer.convert_tokens_to_ids(IM_END)
+    prompt = chat_tokenizer.apply_chat_template(CONVERSATION, add_generation_prompt=True, return_dict=True)
+    prompt = prompt["input_ids"]
+    banned = [t for t in banned_tokens(chat_tokenizer) if t != end_of_turn]
+    bias, k = end_of_turn_bias(model, prompt, banned, end_of_turn)
+    expected = model.generate(
+        torch.tensor([prompt]),
+        max_new_tokens=CHAT_STEPS,
+        do_sample=False,
+        eos_token_id=[0, end_of_turn],
+        bad_words_ids=[[t] for t in banned],
+        sequence_bias={(end_of_turn,): bias},
+    )[0, len(prompt) :].tolist()
+    assert len(expected) == k + 1 and expected[-1] == end_of_turn  # the reply, then <|im_end|>
+
+    with llama_server(path) as server:
+        response = server.handle_chat_completions(
+            {
+                "messages": CONVERSATION,  # llama.cpp applies the GGUF's template
+                "max_tokens": CHAT_STEPS,
+                "temperature": 0,
+                "logprobs": True,
+                "logit_bias": [[t, False] for t in banned] + [[end_of_turn, bias]],
+            }
+        )
+    assert "code" not in response, response
+    choice = response["choices"][0]
+    assert response["usage"]["prompt_tokens"] == len(prompt)  # the same conversation text
+    assert [entry["id"] for entry in choice["logprobs"]["content"]] == expected  # <|im_end|> included
+    assert choice["finish_reason"] == "stop"  # at <|im_end|>, not the length limit
+    assert choice["message"]["content"] == chat_tokenizer.decode(expected, skip_special_tokens=True)
+
+
 @pytest.mark.parametrize(
     "options, option",
     [

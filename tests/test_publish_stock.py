@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 import torch
-from conftest import BLOCK_MINIGPT, PYTHON, build_tiny_tokenizer, tiny_model
+from conftest import BLOCK_MINIGPT, PYTHON, SHAKESPEARE, build_tiny_tokenizer, tiny_model
 from hub_fixtures import make_run, tree_digest
 from huggingface_hub import ModelCard
 
@@ -39,7 +39,8 @@ def test_default_form_is_the_stock_architecture_with_no_source_files(stock_publi
     assert "custom_code" not in card.data.tags and "trust_remote_code" not in card.text
     assert "`GPT2LMHeadModel`" in card.text and "| hidden_size | `32` |" in card.text
     generation = json.loads((snapshot / "generation_config.json").read_text())
-    assert generation["max_length"] == 64  # the context, so defaults never run past it
+    # Half the context as new tokens; no max_length, which a call's max_new_tokens would warn about.
+    assert generation["max_new_tokens"] == 32 and "max_length" not in generation
 
 
 def test_stock_form_loads_offline_by_repo_id_without_minigpt_or_remote_code(
@@ -142,3 +143,24 @@ def test_a_gguf_is_published_beside_the_model_when_asked(tmp_path):
     card = ModelCard.load(snapshot / "README.md")
     assert "gguf" in card.data.tags and "`llama-Q8_0.gguf`" in card.text
     assert json.loads((snapshot / "config.json").read_text())["model_type"] == "llama"
+
+
+def test_a_chat_tokenizer_publishes_its_template_and_stops_at_the_end_of_a_turn(tmp_path):
+    from minigpt.data.chat_template import CHAT_TEMPLATE
+    from minigpt.data.settings import TokenizerSettings
+    from minigpt.data.tokenizer import train_tokenizer
+
+    settings = TokenizerSettings(vocab_size=300, show_progress=False)  # chat tokens at ids 2 and 3
+    tokenizer = train_tokenizer(SHAKESPEARE.read_text()[:20_000].split("\n\n"), settings)
+    run = make_run(tmp_path, tokenizer=tokenizer)
+    for form, max_length, max_new_tokens in (("stock", None, 32), ("minigpt", 64, None)):
+        commit = publish(run, f"org/chat-{form}", tmp_path / "hub", form=form)
+        snapshot = commit.snapshot_dir(tmp_path / "hub", f"org/chat-{form}")
+        assert (snapshot / "chat_template.jinja").read_text() == CHAT_TEMPLATE, form
+        generation = json.loads((snapshot / "generation_config.json").read_text())
+        assert generation["eos_token_id"] == [0, 3], form
+        assert (generation.get("max_length"), generation.get("max_new_tokens")) == (max_length, max_new_tokens)
+        tokenizer_config = json.loads((snapshot / "tokenizer_config.json").read_text())
+        assert not {"is_local", "local_files_only"} & tokenizer_config.keys(), form
+        card = (snapshot / "README.md").read_text()
+        assert "generator(messages, max_new_tokens=32)" in card, form  # the usage shows a conversation

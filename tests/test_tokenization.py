@@ -62,12 +62,13 @@ def test_trained_tokenizer_has_requested_size_and_special_ids(tokenizer):
     assert len(tokenizer(text)["input_ids"]) < 0.6 * len(text.encode())
 
 
-def test_extra_special_tokens_come_after_eos_and_pad():
+def test_extra_special_tokens_come_after_eos_pad_and_the_chat_tokens():
     settings = TokenizerSettings(
         vocab_size=300, extra_special_tokens=["<|user|>", "<|bot|>"], show_progress=False
     )
     tok = train_tokenizer(SAMPLE[:5000].splitlines(keepends=True), settings)
-    assert tok.convert_tokens_to_ids(["<|endoftext|>", "<|pad|>", "<|user|>", "<|bot|>"]) == [0, 1, 2, 3]
+    order = ["<|endoftext|>", "<|pad|>", "<|im_start|>", "<|im_end|>", "<|user|>", "<|bot|>"]
+    assert tok.convert_tokens_to_ids(order) == [0, 1, 2, 3, 4, 5]
     assert len(tok) == 300
 
 

@@ -15,6 +15,10 @@ to write: the reply and its `<|im_end|>` (the model learns to stop), never the r
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # only for annotations: run configs load without transformers
+    from transformers import PreTrainedTokenizerBase
 
 IM_START = "<|im_start|>"  # opens a turn, followed by the role and a newline
 IM_END = "<|im_end|>"  # ends a turn: the end-of-turn token generation stops at
@@ -48,3 +52,15 @@ def template_without_generation_markers(template: str = CHAT_TEMPLATE) -> str:
     """`template` with its `{% generation %}` / `{% endgeneration %}` tags removed: the same text for
     runtimes whose Jinja does not know them (llama.cpp, transformers 4.x before 4.43)."""
     return _GENERATION_MARKER.sub("", template)
+
+
+def end_of_turn_id(tokenizer: PreTrainedTokenizerBase) -> int | None:
+    """The id of `IM_END` in `tokenizer`, or None when it has no chat tokens."""
+    return tokenizer.get_vocab().get(IM_END)
+
+
+def stop_token_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    """The ids generation stops at: the end-of-text token, and `IM_END` when the tokenizer has it
+    (a chat reply ends there; a base model's text at the end of text)."""
+    ids = [tokenizer.eos_token_id, end_of_turn_id(tokenizer)]
+    return list(dict.fromkeys(i for i in ids if i is not None))

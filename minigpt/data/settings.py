@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from ..errors import ConfigError
+from .chat_template import CHAT_TOKENS
 
 FORMATS = ("auto", "text", "json", "parquet", "arrow")
 DEFAULT_CORPUS = "data/tinyshakespeare.txt"  # shipped in the repository (relative to the working folder)
@@ -94,7 +95,11 @@ class TokenizerSettings:
     min_frequency: int = 2  # a pair of tokens must occur this often in the training text to be merged
     eos_token: str = "<|endoftext|>"  # end-of-text token placed between documents (also BOS, as in GPT-2)
     pad_token: str = "<|pad|>"  # padding for batched generation/eval; never inside training blocks
-    extra_special_tokens: list[str] = field(default_factory=list)  # more special tokens, ids after eos, pad
+    # Reserve ChatML's <|im_start|> and <|im_end|> (ids 2 and 3, after eos and pad) and save the chat
+    # template (data/chat_template.py) with the tokenizer, so a model trained on it can be chat-tuned
+    # and chats in transformers and llama.cpp without a hand-written template.
+    chat_tokens: bool = True
+    extra_special_tokens: list[str] = field(default_factory=list)  # more special tokens, ids after those
     show_progress: bool = True  # show a progress bar while training
     reuse: str = "matching"  # "matching": use the one at path only if trained on this data/settings; "always"
     # A train split larger than this (UTF-8 bytes) is sampled for the tokenizer, across all of it
@@ -105,8 +110,13 @@ class TokenizerSettings:
     doc_max_chars: int = 10_000
 
     def special_tokens(self) -> list[str]:
-        """Special tokens in id order: eos = 0, pad = 1, then the extra ones."""
-        return [self.eos_token, self.pad_token, *self.extra_special_tokens]
+        """Special tokens in id order: eos = 0, pad = 1, the chat tokens (2, 3) when reserved, then
+        the extra ones."""
+        return [self.eos_token, self.pad_token, *self.chat_special_tokens(), *self.extra_special_tokens]
+
+    def chat_special_tokens(self) -> list[str]:
+        """The chat tokens this tokenizer reserves: ChatML's two, or none (`chat_tokens: false`)."""
+        return list(CHAT_TOKENS) if self.chat_tokens else []
 
     def validate(self) -> None:
         """Raise `ConfigError` naming the field when the settings cannot give a usable tokenizer."""

@@ -19,6 +19,7 @@ from transformers import PreTrainedTokenizerFast
 from ..atomic import atomic_output_dir
 from ..distributed import is_main_process
 from ..errors import ConfigError
+from .chat_template import CHAT_TEMPLATE
 from .provenance import TrainingData, content_fingerprint, list_sources, split_settings
 from .settings import DataSettings, TokenizerSettings
 from .sources import detect_format, load_raw_corpus, source_files
@@ -28,6 +29,9 @@ TRAINING_RECORD = "minigpt_tokenizer.json"  # the settings and data a saved toke
 # How a tokenizer was loaded, which from_pretrained records among its init arguments and
 # save_pretrained would then write into tokenizer_config.json: not a property of the tokenizer.
 LOAD_ONLY_KEYS = ("is_local", "local_files_only")
+# Settings added to the training record after tokenizers were saved without them: the value such a
+# tokenizer has (one trained before the chat tokens has none), so an old record compares truly.
+RECORD_KEYS_ADDED = {"chat_tokens": False}
 
 
 def train_tokenizer(
@@ -72,15 +76,21 @@ def _in_daemon_thread(work: Callable[[], object]) -> None:
 
 
 def wrap_tokenizer(tokenizer: Tokenizer, settings: TokenizerSettings) -> PreTrainedTokenizerFast:
-    """Wrap a `tokenizers.Tokenizer` with MiniGPT's special tokens as a transformers tokenizer."""
-    return PreTrainedTokenizerFast(
+    """Wrap a `tokenizers.Tokenizer` with MiniGPT's special tokens as a transformers tokenizer; with
+    `settings.chat_tokens`, the chat template too (saved as chat_template.jinja)."""
+    wrapped = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
         eos_token=settings.eos_token,
         bos_token=settings.eos_token,  # GPT-2 convention: one end-of-text token serves as BOS too
         pad_token=settings.pad_token,
-        extra_special_tokens=list(settings.extra_special_tokens),
+        # Special (skipped by decode(skip_special_tokens=True), never split): chat tokens, then extras.
+        extra_special_tokens=[*settings.chat_special_tokens(), *settings.extra_special_tokens],
         clean_up_tokenization_spaces=False,  # clean-up would make decoding lossy
+        model_input_names=["input_ids", "attention_mask"],  # no token_type_ids: a decoder has none
     )
+    if settings.chat_tokens:
+        wrapped.chat_template = CHAT_TEMPLATE
+    return wrapped
 
 
 def save_tokenizer(
@@ -208,7 +218,7 @@ def check_training_record(
     if record is None:
         return "made elsewhere (no training record), used as it is"
     problems = []
-    saved_settings = {key: value for key, value in record.items() if key != "trained_on"}
+    saved_settings = {**RECORD_KEYS_ADDED, **{key: value for key, value in record.items() if key != "trained_on"}}
     wanted = settings.training_record()
     changed = sorted(
         key for key in wanted.keys() | saved_settings.keys() if saved_settings.get(key) != wanted.get(key)

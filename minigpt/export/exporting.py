@@ -17,6 +17,8 @@ import torch
 from transformers import AutoModelForCausalLM, GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..atomic import atomic_output_dir
+from ..data.chat_template import stop_token_ids
+from ..data.tokenizer import LOAD_ONLY_KEYS
 from ..model import MiniGPTForCausalLM
 from .architectures import StockArchitecture, choose_architecture
 from .errors import ExportError
@@ -28,6 +30,13 @@ CHECK_TOLERANCE = 1e-4
 CHECK_BATCH = (2, 32)  # rows x tokens of the batch the export is checked on (shorter for a short context)
 # The tokenizer class transformers 4.x and 5.x both know (5.x saves its own `TokenizersBackend`).
 PORTABLE_TOKENIZER_CLASS = "PreTrainedTokenizerFast"
+# What a decoder's tokenizer returns: 4.x's PreTrainedTokenizerFast adds token_type_ids otherwise,
+# which `generate(**tokenizer(text, return_tensors="pt"))` refuses.
+MODEL_INPUT_NAMES = ["input_ids", "attention_mask"]
+# Sampling keys left out of an exported generation config: saved, every greedy call in transformers
+# 4.x warns that they are ignored; without them generate() is greedy and pipelines sample by their
+# own defaults.
+SAMPLING_KEYS = ("do_sample", "temperature", "top_k", "top_p", "min_p", "typical_p")
 
 
 @dataclass(frozen=True)
@@ -83,15 +92,48 @@ def max_logit_difference(
 
 def save_portable_tokenizer(tokenizer: PreTrainedTokenizerBase, folder: Path) -> None:
     """Save the tokenizer so transformers 4.x loads it too: a class name it knows, special tokens
-    in the keys it reads."""
+    in the keys it reads, no token_type_ids, the chat template in tokenizer_config.json as well as
+    in chat_template.jinja (5.x reads the file first), nothing of how it was loaded."""
     tokenizer.save_pretrained(folder)
     config_path = folder / "tokenizer_config.json"
     values = json.loads(config_path.read_text(encoding="utf-8"))
     values["tokenizer_class"] = PORTABLE_TOKENIZER_CLASS
+    values["model_input_names"] = MODEL_INPUT_NAMES
+    for key in LOAD_ONLY_KEYS:
+        values.pop(key, None)
+    if isinstance(tokenizer.chat_template, str):  # 4.x before chat_template.jinja reads it here
+        values["chat_template"] = tokenizer.chat_template
     extra = values.pop("extra_special_tokens", None)
     if isinstance(extra, list) and extra:  # 4.x takes a list under this name, 5.x reads both
         values["additional_special_tokens"] = extra
     config_path.write_text(json.dumps(values, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def portable_generation_config(
+    generation_config: GenerationConfig, tokenizer: PreTrainedTokenizerBase, context: int
+) -> GenerationConfig:
+    """The generation config an exported model carries: no warning in any plain call.
+
+    - Length as `max_new_tokens`, never `max_length`: a saved max_length makes every
+      `generate(max_new_tokens=...)` and pipeline call with one warn that both are set (MiniGPT's
+      own `generate` drops it; a stock class cannot). A config bounded by max_length (MiniGPT's:
+      the context) gets half of it as new tokens, leaving the other half for the prompt.
+    - No sampling keys (`SAMPLING_KEYS`).
+    - Stops at the end of text and, when the tokenizer has the chat tokens, at `<|im_end|>`.
+    """
+    values = generation_config.to_diff_dict()
+    for key in ("transformers_version", "_from_model_config"):  # 4.x rebuilds a "from model config" one
+        values.pop(key, None)
+    for key in SAMPLING_KEYS:
+        values.pop(key, None)
+    max_length = values.pop("max_length", None)
+    if values.get("max_new_tokens") is None:
+        values["max_new_tokens"] = max(1, min(max_length or context, context) // 2)
+    eos = values.get("eos_token_id")
+    eos = [eos] if isinstance(eos, int) else list(eos or [])
+    stops = list(dict.fromkeys([*eos, *stop_token_ids(tokenizer)]))
+    values["eos_token_id"] = stops[0] if len(stops) == 1 else stops
+    return GenerationConfig.from_dict(values)
 
 
 def write_stock_folder(
@@ -107,12 +149,14 @@ def write_stock_folder(
     `source_name` (a folder or repo name, no local path) is what the model card says it came from.
     """
     generation_config = generation_config or export.model.generation_config
+    context = export.model.config.max_position_embeddings
     with atomic_output_dir(output_dir) as staging:
-        export.model.generation_config = GenerationConfig.from_dict(generation_config.to_dict())
+        export.model.generation_config = portable_generation_config(generation_config, tokenizer, context)
         export.model.save_pretrained(staging)
         save_portable_tokenizer(tokenizer, staging)
+        chat = isinstance(tokenizer.chat_template, str)
         facts = exported_card_facts(
-            export.model, export.architecture.model_type, export.max_logit_difference, source_name, license
+            export.model, export.architecture.model_type, export.max_logit_difference, source_name, license, chat
         )
         (staging / "README.md").write_text(render_model_card(facts), encoding="utf-8")
     return Path(output_dir)
@@ -137,6 +181,7 @@ __all__ = [
     "StockExport",
     "export_stock_folder",
     "max_logit_difference",
+    "portable_generation_config",
     "save_portable_tokenizer",
     "to_stock_model",
     "write_stock_folder",

@@ -27,6 +27,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..atomic import atomic_output_path
+from ..data.chat_template import end_of_turn_id, template_without_generation_markers
 from ..model.configuration_minigpt import MiniGPTConfig
 from .errors import ExportError
 from .targets import GGUF_DTYPES
@@ -250,6 +251,14 @@ def _add_tokenizer(
     # MiniGPT's tokenizer adds no special tokens to a text: llama.cpp must not prepend BOS either.
     writer.add_add_bos_token(False)
     writer.add_add_eos_token(False)
+    # A chat model: `<|im_end|>` is the end-of-turn token (llama.cpp stops at every end-of-generation
+    # token: eos and eot), and the template is ChatML's without the {% generation %} markers, which
+    # llama.cpp's Jinja does not know; llama.cpp's chat completion applies it.
+    end_of_turn = end_of_turn_id(tokenizer)
+    if end_of_turn is not None:
+        writer.add_eot_token_id(end_of_turn)
+    if isinstance(tokenizer.chat_template, str):
+        writer.add_chat_template(template_without_generation_markers(tokenizer.chat_template))
 
 
 def _name(tensor: gguf.MODEL_TENSOR, arch: str, suffix: str, block: int | None = None) -> str:

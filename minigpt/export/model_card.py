@@ -77,6 +77,7 @@ class CardFacts:
     loss_curve: str | None = None  # file name of the loss-curve picture in the snapshot
     extra_tags: list[str] = field(default_factory=list)
     gguf_files: list[str] = field(default_factory=list)  # GGUF files for llama.cpp in the snapshot
+    chat_template: bool = False  # the tokenizer carries a chat template: the usage shows a conversation
     base_model: str | None = None  # the repo id training started from (model.init_from), hub metadata
     base_revision: str | None = None  # its revision
     base_folder: str | None = None  # or the name of the local model folder it started from
@@ -91,6 +92,7 @@ def exported_card_facts(
     max_logit_difference: float,
     source_name: str | None,
     license: str,
+    chat_template: bool = False,
 ) -> CardFacts:
     """The facts of a folder exported to the stock `model`: its architecture (read through the stock
     config's attribute names, so GPT-2's `n_embd` reads as hidden_size) and the export's check."""
@@ -110,6 +112,7 @@ def exported_card_facts(
         logit_check=max_logit_difference,
         exported_from=source_name,
         extra_tags=[model_type],
+        chat_template=chat_template,
     )
 
 
@@ -318,6 +321,15 @@ def _usage(facts: CardFacts) -> list[str]:
     name = facts.load_from or facts.repo_id
     # AutoTokenizer reads config.json (which may name the model's code) first: trusted, it does not ask.
     trust = "" if facts.stock_class else ", trust_remote_code=True"
+    # The stock form's generation config holds no sampling and half the context as new tokens
+    # (minigpt.export.exporting.portable_generation_config); MiniGPT's form the run's.
+    defaults = "greedy, half the context" if facts.stock_class else "the run's sampling, up to the context"
+    chat = (
+        '\nmessages = [{"role": "user", "content": "Who art thou?"}]  # ChatML: the tokenizer\'s chat template\n'
+        'print(generator(messages, max_new_tokens=32)[0]["generated_text"][-1]["content"])\n'
+        if facts.chat_template
+        else ""
+    )
     parts = [
         "## Usage",
         "```python\n"
@@ -325,10 +337,10 @@ def _usage(facts: CardFacts) -> list[str]:
         f'tokenizer = AutoTokenizer.from_pretrained("{name}"{trust})\n'
         f'model = AutoModelForCausalLM.from_pretrained("{name}"{trust})\n'
         'inputs = tokenizer("ROMEO:", return_tensors="pt")\n'
-        "output = model.generate(**inputs)  # generation_config.json: the run's sampling, up to the context\n"
+        f"output = model.generate(**inputs)  # generation_config.json: {defaults}\n"
         "print(tokenizer.decode(output[0]))\n\n"
         f'generator = pipeline("text-generation", model="{name}"{trust})\n'
-        'print(generator("ROMEO:")[0]["generated_text"])\n'
+        f'print(generator("ROMEO:")[0]["generated_text"])\n{chat}'
         "```",
     ]
     if facts.load_from is None:  # loaded by repo id: from the hub folder it was published to

@@ -26,6 +26,7 @@ import yaml
 from safetensors import safe_open
 from transformers import GenerationConfig
 
+from ..data.chat_template import end_of_turn_id
 from ..data.tokenizer import load_tokenizer
 from ..errors import MiniGPTUserError
 from ..export.errors import ExportError
@@ -119,12 +120,14 @@ def _first_file(name: str, *folders: Path | None) -> Path | None:
 
 
 def _generation_config_file(model_dir: Path, staging: Path, config: dict) -> Path:
-    """The folder's generation_config.json, or one written to `staging` that bounds the length.
+    """The folder's generation_config.json, or one written to `staging` that bounds the length and
+    stops at the end of a chat turn.
 
     A model used with defaults must not generate past its context: a pipeline with no length
     set adds 256 tokens. A folder saved without a generation config (or by an older MiniGPT,
     with token ids only) gets `max_length` = the model's context added; one that sets a length
-    is published as it is.
+    is published as it is. A model whose tokenizer has `<|im_end|>` stops there too (a chat
+    model's reply ends with it; a base model never writes it).
     """
     existing = model_dir / "generation_config.json"
     try:
@@ -132,16 +135,37 @@ def _generation_config_file(model_dir: Path, staging: Path, config: dict) -> Pat
     except json.JSONDecodeError as err:
         raise PublishError(f"{existing} is not valid JSON: {err}") from None
     bounded = "max_length" in values or "max_new_tokens" in values
-    if existing.is_file() and bounded:
-        return existing
-    if not bounded and config.get("max_position_embeddings"):
-        values["max_length"] = config["max_position_embeddings"]  # prompt + new tokens
     for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
         if config.get(key) is not None:
             values.setdefault(key, config[key])
+    stops = _stop_ids(model_dir, values.get("eos_token_id"))
+    if existing.is_file() and bounded and stops == values.get("eos_token_id"):
+        return existing
+    if not bounded and config.get("max_position_embeddings"):
+        values["max_length"] = config["max_position_embeddings"]  # prompt + new tokens
+    if stops is not None:
+        values["eos_token_id"] = stops
     written = staging / "generation_config.json"
     written.write_text(json.dumps(values, indent=2, sort_keys=True) + "\n")
     return written
+
+
+def _stop_ids(model_dir: Path, eos: int | list[int] | None) -> int | list[int] | None:
+    """`eos` (an id or a list), with `<|im_end|>`'s id added when the folder's tokenizer has it."""
+    end_of_turn = None
+    if (model_dir / "tokenizer.json").is_file():
+        end_of_turn = end_of_turn_id(load_tokenizer(model_dir))
+    if end_of_turn is None:
+        return eos
+    ids = [eos] if isinstance(eos, int) else list(eos or [])
+    return list(dict.fromkeys([*ids, end_of_turn]))
+
+
+def _has_chat_template(files: dict[str, Path]) -> bool:
+    """Whether the published tokenizer carries a chat template (its own file, or in its config)."""
+    if "chat_template.jinja" in files:
+        return True
+    return "chat_template" in json.loads(files["tokenizer_config.json"].read_text(encoding="utf-8"))
 
 
 def _stock_files(
@@ -239,6 +263,7 @@ def collect_files(
         stock_class=(config.get("architectures") or [config.get("model_type")])[0] if stock else None,
         extra_tags=[config["model_type"]] if stock and config.get("model_type") else [],
         gguf_files=sorted(name for name in files if name.endswith(".gguf")),
+        chat_template=_has_chat_template(files),
         num_parameters=count_parameters([p for p in weights.values() if p.suffix == ".safetensors"]),
         license=license,
         run_config=portable.config if portable is not None else None,
