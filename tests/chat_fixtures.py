@@ -35,7 +35,7 @@ def chat_tokenizer():
 def save_chat_base(folder: Path, max_positions: int = 64) -> Path:
     """A tiny untrained MiniGPT and its chat tokenizer, saved as a model folder `init_from` takes."""
     tokenizer = chat_tokenizer()
-    model = tiny_model(vocab_size=len(tokenizer), max_position_embeddings=max_positions, bos_token_id=0)
+    model = tiny_model(vocab_size=len(tokenizer), max_position_embeddings=max_positions)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder

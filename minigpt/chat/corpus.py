@@ -24,6 +24,7 @@ from ..data.settings import DataSettings, check_block_size
 from ..data.sources import source_files
 from ..data.tokenizer import tokenizer_fingerprint
 from ..distributed import is_main_process
+from ..progress import datasets_progress_bars
 from .conversations import Conversation, load_conversations
 from .encoding import IGNORE_INDEX, Encoded, check_chat_tokenizer, encode_conversations
 
@@ -87,7 +88,7 @@ def prepare_chat_corpus(
         return load_chat_corpus(target)
     print(f"encoding conversations into {target}")
     train, validation = load_conversations(settings)  # every conversation checked before any is written
-    with atomic_output_dir(target) as staging:
+    with datasets_progress_bars(settings.show_progress), atomic_output_dir(target) as staging:
         stats = {}
         for name, conversations in (("train", train), ("validation", validation)):
             encoded = encode_conversations(tokenizer, conversations, settings.block_size)

@@ -27,6 +27,7 @@ from transformers import (
 )
 
 from ..atomic import atomic_write_file
+from ..chat.corpus import prepare_chat_corpus
 from ..data.compatibility import check_compatible
 from ..data.corpus import PreparedCorpus, prepare_corpus
 from ..data.token_bytes import token_byte_lengths
@@ -138,9 +139,8 @@ def _tokenizer_and_data(
                 print(
                     f"tokenizer: the base model's ({run.model.init_from}), {len(tokenizer)} tokens", flush=True
                 )
-        corpus = prepare_corpus(
-            run.data, tokenizer, max_position_embeddings=run.model.max_position_embeddings
-        )
+        prepare = prepare_chat_corpus if run.data.format == "chat" else prepare_corpus  # conversations or blocks
+        corpus = prepare(run.data, tokenizer, max_position_embeddings=run.model.max_position_embeddings)
     return tokenizer, corpus
 
 
