@@ -119,7 +119,10 @@ def test_a_chat_run_trains_on_assistant_tokens_and_resumes_exactly(work, base, c
     base_loss, _ = assistant_bits_per_byte(base, conversations[1])
     assert evals[0]["eval_loss"] == pytest.approx(base_loss, rel=1e-4)
     assert evals[4]["eval_loss"] < evals[0]["eval_loss"]
-    assert load_tokenizer(result.final_dir).chat_template == load_tokenizer(base).chat_template
+    tokenizer = load_tokenizer(result.final_dir)
+    assert tokenizer.chat_template == load_tokenizer(base).chat_template
+    generation = json.loads((result.final_dir / "generation_config.json").read_text())
+    assert generation["eos_token_id"] == [tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")]
 
     # Resume from checkpoint-2 in another folder: the same weights at step 4, bit for bit.
     resumed_dir = work / "chat-resumed"
