@@ -3,8 +3,7 @@
 The play text is a run of speeches, each `NAME:` on its own line and the speech under it, separated
 by blank lines. A conversation is two speakers taking turns: speech i (the user) answered by speech
 i + 1 of another speaker (the assistant), continued while the same two alternate, up to
-`MAX_TURNS` speeches, always ending on the assistant's; speeches longer than `MAX_SPEECH_CHARS`
-take no part. A system line names both speakers. Each speech belongs to at most one conversation,
+`MAX_TURNS` speeches and `MAX_CHARS` characters of speech, always ending on the assistant's. A system line names both speakers. Each speech belongs to at most one conversation,
 so the set is smaller than the text.
 
 The split follows the base run's (configs/shakespeare.yaml: the last `validation_fraction` of the
@@ -26,9 +25,9 @@ from ..data.sources import iter_texts, load_raw_corpus
 from ..errors import DataError
 
 MAX_TURNS = 4  # speeches per conversation at most: two short exchanges fit the default run's 128-token context
-# A longer speech is in no conversation: with the system line, one exchange of two such speeches
-# already fills the default run's 128-token context.
-MAX_SPEECH_CHARS = 300
+# Characters of speech per conversation at most: with the system line and the role headers, about
+# the default run's 128-token context, so most conversations are seen whole.
+MAX_CHARS = 240
 SYSTEM_LINE = "A scene from Shakespeare. You are {assistant}, speaking with {user}."
 
 
@@ -52,26 +51,22 @@ def parse_speeches(text: str) -> list[Speech]:
     return speeches
 
 
-def dialogues(
-    speeches: list[Speech], max_turns: int = MAX_TURNS, max_chars: int = MAX_SPEECH_CHARS
-) -> list[list[Speech]]:
+def dialogues(speeches: list[Speech], max_turns: int = MAX_TURNS, max_chars: int = MAX_CHARS) -> list[list[Speech]]:
     """Runs of speeches alternating between two speakers, 2 to `max_turns` long, even in length
-    (they end on the second speaker's: the assistant answers last), none longer than `max_chars`;
-    each speech in one run at most."""
-    speeches = [s if len(s.text) <= max_chars else None for s in speeches]  # None: breaks any run
+    (they end on the second speaker's: the assistant answers last), of `max_chars` characters of
+    speech at most; each speech in one run at most."""
     runs, i = [], 0
     while i + 1 < len(speeches):
-        if speeches[i] is None or speeches[i + 1] is None:
-            i += 1
-            continue
         user, assistant = speeches[i].speaker, speeches[i + 1].speaker
-        if user == assistant:
+        size = len(speeches[i].text) + len(speeches[i + 1].text)
+        if user == assistant or size > max_chars:
             i += 1
             continue
         run = speeches[i : i + 2]
         while len(run) + 2 <= max_turns and i + len(run) + 1 < len(speeches):
             nxt, after = speeches[i + len(run)], speeches[i + len(run) + 1]
-            if nxt is None or after is None or (nxt.speaker, after.speaker) != (user, assistant):
+            size += len(nxt.text) + len(after.text)
+            if (nxt.speaker, after.speaker) != (user, assistant) or size > max_chars:
                 break
             run += [nxt, after]
         runs.append(run)
