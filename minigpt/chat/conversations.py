@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import datasets
 import numpy as np
 
 from ..data.chat_template import ROLES
@@ -49,8 +50,6 @@ def check_conversation(record: Any, where: str) -> Conversation:
 def read_conversations(path: Path) -> list[Conversation]:
     """Every conversation of a JSON-lines file (blank lines skipped) or of a `save_to_disk` folder."""
     if path.is_dir():
-        import datasets  # only for a saved folder: JSON lines need no more than `json`
-
         dataset = datasets.load_from_disk(str(path))
         if not isinstance(dataset, datasets.Dataset) or "messages" not in dataset.column_names:
             raise DataError(f'{path}: a saved data set with a "messages" column is needed')

@@ -88,7 +88,7 @@ def prepare_chat_corpus(
         return load_chat_corpus(target)
     print(f"encoding conversations into {target}")
     train, validation = load_conversations(settings)  # every conversation checked before any is written
-    with datasets_progress_bars(settings.show_progress), atomic_output_dir(target) as staging:
+    with datasets_progress_bars(False), atomic_output_dir(target) as staging:  # saving takes no time to watch
         stats = {}
         for name, conversations in (("train", train), ("validation", validation)):
             encoded = encode_conversations(tokenizer, conversations, settings.block_size)

@@ -91,14 +91,20 @@ def encode_conversations(
     assistant tokens fits)."""
     check_chat_tokenizer(tokenizer)
     encoded = []
-    for first in range(0, len(conversations), batch):  # the template renders a batch in one call
-        part = conversations[first : first + batch]
-        all_ids, all_masks = _template(tokenizer, [c.messages for c in part])
-        for conversation, ids, mask in zip(part, all_ids, all_masks, strict=True):
-            if len(ids) > block_size:
-                encoded.append(_fit(tokenizer, conversation, block_size, len(ids)))
-            else:
-                encoded.append(Encoded(ids, labelled(ids, mask), 0))
+    # Conversations are cut to the context here, whole turns first: the tokenizer's own length
+    # check would only warn about the long ones before they are.
+    saved_max_length, tokenizer.model_max_length = tokenizer.model_max_length, int(1e30)
+    try:
+        for first in range(0, len(conversations), batch):  # the template renders a batch in one call
+            part = conversations[first : first + batch]
+            all_ids, all_masks = _template(tokenizer, [c.messages for c in part])
+            for conversation, ids, mask in zip(part, all_ids, all_masks, strict=True):
+                if len(ids) > block_size:
+                    encoded.append(_fit(tokenizer, conversation, block_size, len(ids)))
+                else:
+                    encoded.append(Encoded(ids, labelled(ids, mask), 0))
+    finally:
+        tokenizer.model_max_length = saved_max_length
     return encoded
 
 
