@@ -4,12 +4,15 @@ the tokenizer's chat template marks the assistant's tokens, and `assistant_only_
 from __future__ import annotations
 
 import datasets
+import pytest
 import torch
 import trl
 from chat_fixtures import chat_tokenizer, short_conversations
 from conftest import tiny_model
 
 
+# SFTConfig itself still sets transformers' renamed `gradient_checkpointing` (TRL's, not ours).
+@pytest.mark.filterwarnings("ignore:`gradient_checkpointing` is deprecated:FutureWarning")
 def test_sft_trainer_runs_two_steps_on_a_minigpt_model(tmp_path):
     tokenizer = chat_tokenizer()
     model = tiny_model(vocab_size=len(tokenizer), max_position_embeddings=128).train()
