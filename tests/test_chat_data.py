@@ -156,3 +156,10 @@ def test_dialogues_alternate_two_speakers_and_end_on_the_reply():
     speeches = parse_speeches("A:\none\n\nB:\ntwo\n\nA:\nthree\n\nB:\nfour\n\nA:\nfive\n\nA:\nsix\n\nC:\nseven\n")
     runs = [[s.text for s in run] for run in dialogues(speeches, max_turns=4)]
     assert runs == [["one", "two", "three", "four"], ["six", "seven"]]
+
+
+def test_the_text_data_stage_refuses_chat_data():
+    from minigpt.data.sources import detect_format
+
+    with pytest.raises(ConfigError, match=r"^data.format=chat is read by a chat run \(scripts/train.py"):
+        detect_format([SHIPPED / "train.jsonl"], "chat")
