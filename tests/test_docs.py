@@ -65,11 +65,13 @@ RUN = (
     "scripts/evaluate.py",
     "scripts/push.py",
     "scripts/export.py",
+    "scripts/build_chat_data.py",
 )
 # Python snippets only compiled, by a line they contain, and why.
 PYTHON_COMPILE_ONLY = {
     "api.upload_folder(": "uploads to the real hub: the network and a login",
     "callbacks=[my_callback]": "a fragment: my_callback is the reader's own",
+    "SFTTrainer(model=model": "TRL's own training run: tests/test_chat_trl.py runs SFTTrainer on a tiny model",
 }
 
 # Appended to every documented `scripts/train.py` command: a model that trains in a second, on

@@ -14,7 +14,7 @@ import numpy as np
 from ..errors import ConfigError
 from .chat_template import CHAT_TOKENS
 
-FORMATS = ("auto", "text", "json", "parquet", "arrow")
+FORMATS = ("auto", "text", "json", "parquet", "arrow", "chat")
 DEFAULT_CORPUS = "data/tinyshakespeare.txt"  # shipped in the repository (relative to the working folder)
 BYTE_ALPHABET_SIZE = 256  # byte-level BPE starts from one token per byte value
 TOKENIZER_REUSE = ("matching", "always")  # values of tokenizer.reuse
@@ -27,7 +27,10 @@ class DataSettings:
 
     train_files: list[str] = field(default_factory=lambda: [DEFAULT_CORPUS])  # files, folders or globs
     validation_files: list[str] = field(default_factory=list)  # same kinds; empty = split off train_files
-    format: str = "auto"  # "auto" (by suffix), "text", "json" (JSON lines), "parquet", "arrow" (save_to_disk)
+    # "auto" (by suffix), "text", "json" (JSON lines), "parquet", "arrow" (save_to_disk); "chat":
+    # conversations ({"messages": [...]} JSON lines or a save_to_disk folder) for chat fine-tuning,
+    # one padded row per conversation, the loss on the assistant's tokens only (docs/chat.md)
+    format: str = "auto"
     text_field: str = "text"  # column holding each document's text in json/parquet/arrow sources
     validation_fraction: float = 0.1  # share of the train bytes held out when validation_files is empty
     # "auto": "random" for several files (a folder or glob), else "tail"; "tail": the last bytes, cut at a
@@ -56,6 +59,8 @@ class DataSettings:
             )
         if not self.validation_files and not 0.0 < self.validation_fraction < 1.0:
             raise ConfigError(f"data.validation_fraction must be in (0, 1), got {self.validation_fraction}")
+        if self.format == "chat" and self.shift_blocks:
+            raise ConfigError("data.shift_blocks applies to packed text blocks, not to data.format=chat: set it false")
         if self.block_size < 2:
             raise ConfigError(f"data.block_size must be >= 2, got {self.block_size}")
         if self.num_proc < 0:

@@ -221,6 +221,10 @@ def detect_format(paths: list[Path], requested: str = "auto") -> str:
     """The loader for `paths`: `requested` unless "auto", else from the folder kind or file suffix."""
     if requested not in FORMATS:
         raise ConfigError(f"data.format must be one of {', '.join(FORMATS)}, got {requested!r}")
+    if requested == "chat":  # conversations are encoded by the chat stage (minigpt/chat/corpus.py)
+        raise ConfigError(
+            "data.format=chat is read by a chat run (scripts/train.py with model.init_from), not as text"
+        )
     kinds = {"arrow" if p.is_dir() else SUFFIX_FORMATS.get(p.suffix.lower(), "text") for p in paths}
     if requested != "auto":
         if "arrow" in kinds and requested != "arrow":

@@ -23,6 +23,7 @@ from transformers import (
 )
 from transformers.trainer_callback import ProgressCallback
 
+from ..chat.collator import ChatCollator
 from ..data.training_blocks import TrainingBlocks
 from .arguments import muon_kwargs
 from .busy_cores import BusyCoresCallback
@@ -129,7 +130,7 @@ def build_trainer(
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
         processing_class=tokenizer,
-        data_collator=default_data_collator,  # blocks are equal length: stack, no padding or mask
+        data_collator=_collator(run, tokenizer),
         callbacks=[*own_callbacks, *callbacks],
         resolved_config=run.to_dict(),
         stop_controller=stop_controller,
@@ -144,6 +145,13 @@ def build_trainer(
     trainer.remove_callback(ProgressCallback)
     trainer.add_callback(LogLineProgressCallback(stop_controller))
     return trainer
+
+
+def _collator(run: RunConfig, tokenizer: PreTrainedTokenizerBase) -> Any:
+    """Conversations are padded to the batch's longest; blocks are equal length: stacked, no mask."""
+    if run.data.format == "chat":
+        return ChatCollator(tokenizer.pad_token_id)
+    return default_data_collator
 
 
 class PeakRaisedNotice:

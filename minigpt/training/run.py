@@ -27,6 +27,8 @@ from transformers import (
 )
 
 from ..atomic import atomic_write_file
+from ..chat.corpus import prepare_chat_corpus
+from ..data.chat_template import IM_END
 from ..data.compatibility import check_compatible
 from ..data.corpus import PreparedCorpus, prepare_corpus
 from ..data.token_bytes import token_byte_lengths
@@ -138,9 +140,8 @@ def _tokenizer_and_data(
                 print(
                     f"tokenizer: the base model's ({run.model.init_from}), {len(tokenizer)} tokens", flush=True
                 )
-        corpus = prepare_corpus(
-            run.data, tokenizer, max_position_embeddings=run.model.max_position_embeddings
-        )
+        prepare = prepare_chat_corpus if run.data.format == "chat" else prepare_corpus  # conversations or blocks
+        corpus = prepare(run.data, tokenizer, max_position_embeddings=run.model.max_position_embeddings)
     return tokenizer, corpus
 
 
@@ -154,6 +155,8 @@ def _model_to_train(
     if start.base_weights is not None:
         model = start.base_weights
         model.generation_config = generation_defaults(model.config, run.training)
+        if run.data.format == "chat":  # a reply ends at the end of its turn
+            model.generation_config.eos_token_id = [model.config.eos_token_id, tokenizer.convert_tokens_to_ids(IM_END)]
         args.eval_on_start = True  # step 0: the base on the new validation data starts the curve
     elif run.model.init_from is not None:  # resuming: the checkpoint's architecture, its weights later
         model = build_model_from_folder(start.checkpoint, run)

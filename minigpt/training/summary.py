@@ -59,7 +59,12 @@ def describe_run(
     lines = [
         f"model: {params / 1e6:.2f}M parameters ({run.model.num_hidden_layers} layers, hidden "
         f"{run.model.hidden_size}, vocab {model.config.vocab_size}, context {run.data.block_size})",
-        f"data: {train_blocks:,} training blocks, {val_blocks:,} validation blocks of {run.data.block_size} tokens"
+        (
+            f"data: {train_blocks:,} training conversations, {val_blocks:,} validation conversations of up to "
+            f"{run.data.block_size} tokens, padded per batch"
+            if run.data.format == "chat"
+            else f"data: {train_blocks:,} training blocks, {val_blocks:,} validation blocks of {run.data.block_size} tokens"
+        )
         + (f"; {evaluation}" if evaluation else ""),
         f"effective batch: {h.per_device_train_batch_size} per device x {h.gradient_accumulation_steps} "
         f"accumulation x {args.world_size} process(es) = {batch} sequences = "
