@@ -177,3 +177,24 @@ def test_bad_conversations_stop_the_run_before_anything_is_written(work, base, r
     with pytest.raises(DataError, match=f"^{train}{message}"):
         run_training(load_run_config(config, [*QUIET, f"data.cache_dir={work / name}-cache"]))
     assert not (work / name).exists() and not any((work / f"{name}-cache").rglob("*.arrow"))
+
+
+def test_a_base_without_chat_tokens_gets_them_and_its_chat_run_resumes_exactly(work, conversations, capsys):
+    from conftest import build_tiny_tokenizer, tiny_model
+
+    plain = work / "plain-base"
+    tokenizer = build_tiny_tokenizer()  # no role tokens, no template: a base trained before them
+    tiny_model(vocab_size=len(tokenizer), max_position_embeddings=BLOCK).save_pretrained(plain)
+    tokenizer.save_pretrained(plain)
+    config = chat_config(work, plain, *conversations, "from-plain")
+    result = run_training(load_run_config(config, QUIET))
+    out = capsys.readouterr().out
+    assert "the base's tokenizer had no chat tokens: added <|im_start|>, <|im_end|> (vocab 300 -> 302)" in out
+    tuned = load_tokenizer(result.final_dir)
+    assert len(tuned) == 302 and "generation" in tuned.chat_template
+    resumed_dir = work / "from-plain-resumed"
+    shutil.copytree(work / "from-plain" / "checkpoint-2", resumed_dir / "checkpoint-2")
+    resumed = run_training(load_run_config(config, [*QUIET, f"training.output_dir={resumed_dir}"]), resume=True)
+    final, expected = load_file(resumed.final_dir / "model.safetensors"), load_file(result.final_dir / "model.safetensors")
+    for name in expected:
+        assert torch.equal(final[name], expected[name]), name

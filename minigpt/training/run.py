@@ -27,6 +27,7 @@ from transformers import (
 )
 
 from ..atomic import atomic_write_file
+from ..chat.chat_format import make_chat_ready
 from ..chat.corpus import prepare_chat_corpus
 from ..data.chat_template import IM_END
 from ..data.compatibility import check_compatible
@@ -136,6 +137,10 @@ def _tokenizer_and_data(
             tokenizer = start.base_tokenizer
             if tokenizer is None:  # a resume: the checkpoint's copy
                 tokenizer = load_tokenizer(start.checkpoint)
+            elif run.data.format == "chat":  # a base without role tokens gets them, and rows for them
+                note = make_chat_ready(start.base_weights, tokenizer)
+                if note and args.should_save:
+                    print(note, flush=True)
             if args.should_save:
                 print(
                     f"tokenizer: the base model's ({run.model.init_from}), {len(tokenizer)} tokens", flush=True
