@@ -182,9 +182,15 @@ def test_a_whole_split_tokenizer_stays_reusable_under_any_budget_it_fits(tmp_pat
 # ---- file digests: each byte read once ---------------------------------------------------------------
 
 
+def as_a_new_process(monkeypatch) -> None:
+    """Forget what this process knows of files: digests, binary verdicts, the stores it read."""
+    for name in ("_memory", "_verdicts", "_stored"):
+        monkeypatch.setattr(digests, name, {})
+
+
 def test_file_digests_are_read_once_and_again_after_any_edit(tmp_path, monkeypatch):
     monkeypatch.setattr(digests, "RACY_SECONDS", 0.0)  # files written just now count as settled
-    monkeypatch.setattr(digests, "_memory", {})
+    as_a_new_process(monkeypatch)
     files = [write(tmp_path / f"{i}.txt", TEXT[i * 100 : i * 100 + 100]) for i in range(3)]
     hashed = []
     real = digests._hash_file
@@ -192,7 +198,7 @@ def test_file_digests_are_read_once_and_again_after_any_edit(tmp_path, monkeypat
     first = digests.file_digests(files, tmp_path / "cache")
     assert len(hashed) == 3 and (tmp_path / "cache" / "digests").is_dir()
     assert digests.file_digests(files, tmp_path / "cache") == first and len(hashed) == 3  # this process: memory
-    monkeypatch.setattr(digests, "_memory", {})  # another run: the store under the cache folder
+    as_a_new_process(monkeypatch)  # another run: the store under the cache folder
     assert digests.file_digests(files, tmp_path / "cache") == first and len(hashed) == 3
     stat = files[1].stat()
     write(files[1], "#" + TEXT[101:200])  # same size, mtime put back: the change time still moves
@@ -205,19 +211,46 @@ def test_file_digests_are_read_once_and_again_after_any_edit(tmp_path, monkeypat
 
 
 def test_a_cached_corpus_starts_without_reading_its_files(tmp_path, tokenizer, monkeypatch):
-    """What the start of training does on a filled cache: no file's bytes hashed again, no text read."""
+    """What the start of training does on a filled cache, in a new process: the tokenizer's record
+    checked, the blocks found; not one source file opened (no digest, no binary sniff, no text)."""
+    import builtins
+
+    from minigpt.data.tokenizer import training_data
+
     monkeypatch.setattr(digests, "RACY_SECONDS", 0.0)
     folder = marked_corpus(tmp_path / "src", files=12)
+    write(folder / "sub" / "blob.dat", "\x00" * 100)  # a binary, told by its first bytes
     settings = settings_for(tmp_path, folder)
+    record = training_data(settings)
     first = prepare_corpus(settings, tokenizer)
-    monkeypatch.setattr(digests, "_memory", {})  # as a new process
-    read = []
-    monkeypatch.setattr(digests, "_hash_file", lambda path: read.append(path) or "00")
-    import minigpt.data.corpus as corpus_module
-
-    monkeypatch.setattr(corpus_module, "load_raw_corpus", lambda *a: read.append("text"))
+    as_a_new_process(monkeypatch)
+    opened = []
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda file, *a, **k: opened.append(str(file)) or real_open(file, *a, **k))
+    assert training_data(settings, save=False).same_text(record)
     again = prepare_corpus(settings, tokenizer)
-    assert read == [] and again.reused and again.cache_dir == first.cache_dir
+    assert again.reused and again.cache_dir == first.cache_dir
+    assert not [name for name in opened if name.startswith(str(folder))], opened
+    # An edit is seen by its stat alone: only that file is read again, and it is new text.
+    write(folder / "sub" / "blob.dat", "now text\n" * 50)
+    write(folder / "f003.txt", "MARKER003 edited\n" + TEXT[:3000])
+    as_a_new_process(monkeypatch)
+    edited = prepare_corpus(settings, tokenizer)
+    read = {Path(name).name for name in opened if name.startswith(str(folder))}
+    assert not edited.reused and {"blob.dat", "f003.txt"} <= read and "f004.txt" in read  # the text is read anew
+    text_bytes = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())  # the file now text included
+    assert edited.train_stats.bytes + edited.validation_stats.bytes == text_bytes
+
+
+def test_a_file_turned_binary_is_skipped_though_its_old_verdict_was_kept(tmp_path, monkeypatch):
+    from minigpt.data.sources import resolve_files
+
+    monkeypatch.setattr(digests, "RACY_SECONDS", 0.0)
+    folder = marked_corpus(tmp_path / "src", files=3)
+    assert len(resolve_files([str(folder)], "train", cache_dir=tmp_path / "cache")) == 3
+    (folder / "f001.txt").write_bytes(b"\x00\x01" * 40)  # the same size: the change time tells
+    as_a_new_process(monkeypatch)
+    assert [p.name for p in resolve_files([str(folder)], "train", cache_dir=tmp_path / "cache")] == ["f000.txt", "f002.txt"]
 
 
 # ---- a resumed run does not replay the batches it skips ---------------------------------------------
