@@ -253,6 +253,44 @@ def test_a_file_turned_binary_is_skipped_though_its_old_verdict_was_kept(tmp_pat
     assert [p.name for p in resolve_files([str(folder)], "train", cache_dir=tmp_path / "cache")] == ["f000.txt", "f002.txt"]
 
 
+# ---- packing: memory bounded by a block, not by the batch ---------------------------------------------
+
+
+def test_packing_copies_no_more_than_a_block_and_keeps_the_stream_whole(tmp_path):
+    """Blocks are written from views of the tokenized rows: the only copies are of a block that
+    spans two Arrow chunks (numpy's allocations, traced); the blocks are the stream, in order."""
+    import itertools
+    import tracemalloc
+
+    import datasets
+    import numpy as np
+    import pyarrow as pa
+
+    from minigpt.data.packing import write_blocks
+
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(0, 120, size=20_000)  # rows shorter and longer than a block, some empty
+    stream = rng.integers(0, 2**31 - 1, size=int(lengths.sum()), dtype=np.int32)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    rows = pa.ListArray.from_arrays(pa.array(offsets), pa.array(stream))
+    cuts = [0, 3, 4, 5, 2_000, 2_001, 9_000, 20_000]  # chunks of 1 row, of thousands
+    table = pa.Table.from_batches(
+        [pa.record_batch([rows.slice(a, b - a)], names=["input_ids"]) for a, b in itertools.pairwise(cuts)]
+    )
+    tokenized, block_size = datasets.Dataset(table), 64
+    tracemalloc.start()
+    try:
+        result = write_blocks(tokenized, tmp_path / "blocks.arrow", block_size, show_progress=False)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 256 * 1024 < stream.nbytes // 4  # a batch of 10,000 rows copied would be megabytes
+    blocks = datasets.Dataset.from_file(str(tmp_path / "blocks.arrow"))
+    ids = np.asarray(blocks.with_format("numpy")["input_ids"]).ravel()
+    assert result.tokens == len(stream) and result.blocks == len(stream) // block_size == len(blocks)
+    assert result.dropped_tokens == len(stream) % block_size and np.array_equal(ids, stream[: len(ids)])
+
+
 # ---- a resumed run does not replay the batches it skips ---------------------------------------------
 
 
