@@ -70,6 +70,17 @@ def test_a_text_file_is_read_in_pieces_that_end_lines_and_join_to_the_file(tmp_p
     assert row["text"] == "caf\ufffd \x00\n" and row["invalid"] == 2  # undecodable and NUL counted as read
 
 
+def test_the_arrow_copy_is_written_in_small_batches_of_rows(tmp_path):
+    """A loading process holds WRITER_BATCH_ROWS rows at most (datasets' default, 1000 rows of up
+    to 128K characters, would hold hundreds of MB in each process)."""
+    from minigpt.data.text_files import WRITER_BATCH_ROWS
+
+    folder = marked_corpus(tmp_path / "src", files=3 * WRITER_BATCH_ROWS, size=10)
+    loaded = load_raw_corpus(settings_for(tmp_path, folder, validation_split="tail")).train.dataset
+    batches = loaded.data.to_batches()
+    assert sum(len(b) for b in batches) >= 2 * WRITER_BATCH_ROWS and max(len(b) for b in batches) <= WRITER_BATCH_ROWS
+
+
 def test_long_files_are_documents_of_several_rows_with_one_eos_each(tmp_path, tokenizer):
     docs = [TEXT[:70_000], TEXT[100_000:170_000], TEXT[200_000:203_000]]  # two of them longer than a piece
     folder = tmp_path / "books"
