@@ -70,6 +70,17 @@ def test_a_text_file_is_read_in_pieces_that_end_lines_and_join_to_the_file(tmp_p
     assert row["text"] == "caf\ufffd \x00\n" and row["invalid"] == 2  # undecodable and NUL counted as read
 
 
+def test_the_arrow_copy_is_written_in_small_batches_of_rows(tmp_path):
+    """A loading process holds WRITER_BATCH_ROWS rows at most (datasets' default, 1000 rows of up
+    to 128K characters, would hold hundreds of MB in each process)."""
+    from minigpt.data.text_files import WRITER_BATCH_ROWS
+
+    folder = marked_corpus(tmp_path / "src", files=3 * WRITER_BATCH_ROWS, size=10)
+    loaded = load_raw_corpus(settings_for(tmp_path, folder, validation_split="tail")).train.dataset
+    batches = loaded.data.to_batches()
+    assert sum(len(b) for b in batches) >= 2 * WRITER_BATCH_ROWS and max(len(b) for b in batches) <= WRITER_BATCH_ROWS
+
+
 def test_long_files_are_documents_of_several_rows_with_one_eos_each(tmp_path, tokenizer):
     docs = [TEXT[:70_000], TEXT[100_000:170_000], TEXT[200_000:203_000]]  # two of them longer than a piece
     folder = tmp_path / "books"
@@ -182,9 +193,15 @@ def test_a_whole_split_tokenizer_stays_reusable_under_any_budget_it_fits(tmp_pat
 # ---- file digests: each byte read once ---------------------------------------------------------------
 
 
+def as_a_new_process(monkeypatch) -> None:
+    """Forget what this process knows of files: digests, binary verdicts, the stores it read."""
+    for name in ("_memory", "_verdicts", "_stored"):
+        monkeypatch.setattr(digests, name, {})
+
+
 def test_file_digests_are_read_once_and_again_after_any_edit(tmp_path, monkeypatch):
     monkeypatch.setattr(digests, "RACY_SECONDS", 0.0)  # files written just now count as settled
-    monkeypatch.setattr(digests, "_memory", {})
+    as_a_new_process(monkeypatch)
     files = [write(tmp_path / f"{i}.txt", TEXT[i * 100 : i * 100 + 100]) for i in range(3)]
     hashed = []
     real = digests._hash_file
@@ -192,7 +209,7 @@ def test_file_digests_are_read_once_and_again_after_any_edit(tmp_path, monkeypat
     first = digests.file_digests(files, tmp_path / "cache")
     assert len(hashed) == 3 and (tmp_path / "cache" / "digests").is_dir()
     assert digests.file_digests(files, tmp_path / "cache") == first and len(hashed) == 3  # this process: memory
-    monkeypatch.setattr(digests, "_memory", {})  # another run: the store under the cache folder
+    as_a_new_process(monkeypatch)  # another run: the store under the cache folder
     assert digests.file_digests(files, tmp_path / "cache") == first and len(hashed) == 3
     stat = files[1].stat()
     write(files[1], "#" + TEXT[101:200])  # same size, mtime put back: the change time still moves
@@ -205,19 +222,84 @@ def test_file_digests_are_read_once_and_again_after_any_edit(tmp_path, monkeypat
 
 
 def test_a_cached_corpus_starts_without_reading_its_files(tmp_path, tokenizer, monkeypatch):
-    """What the start of training does on a filled cache: no file's bytes hashed again, no text read."""
+    """What the start of training does on a filled cache, in a new process: the tokenizer's record
+    checked, the blocks found; not one source file opened (no digest, no binary sniff, no text)."""
+    import builtins
+
+    from minigpt.data.tokenizer import training_data
+
     monkeypatch.setattr(digests, "RACY_SECONDS", 0.0)
     folder = marked_corpus(tmp_path / "src", files=12)
+    write(folder / "sub" / "blob.dat", "\x00" * 100)  # a binary, told by its first bytes
     settings = settings_for(tmp_path, folder)
+    record = training_data(settings)
     first = prepare_corpus(settings, tokenizer)
-    monkeypatch.setattr(digests, "_memory", {})  # as a new process
-    read = []
-    monkeypatch.setattr(digests, "_hash_file", lambda path: read.append(path) or "00")
-    import minigpt.data.corpus as corpus_module
-
-    monkeypatch.setattr(corpus_module, "load_raw_corpus", lambda *a: read.append("text"))
+    as_a_new_process(monkeypatch)
+    opened = []
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda file, *a, **k: opened.append(str(file)) or real_open(file, *a, **k))
+    assert training_data(settings, save=False).same_text(record)
     again = prepare_corpus(settings, tokenizer)
-    assert read == [] and again.reused and again.cache_dir == first.cache_dir
+    assert again.reused and again.cache_dir == first.cache_dir
+    assert not [name for name in opened if name.startswith(str(folder))], opened
+    # An edit is seen by its stat alone: only that file is read again, and it is new text.
+    write(folder / "sub" / "blob.dat", "now text\n" * 50)
+    write(folder / "f003.txt", "MARKER003 edited\n" + TEXT[:3000])
+    as_a_new_process(monkeypatch)
+    edited = prepare_corpus(settings, tokenizer)
+    read = {Path(name).name for name in opened if name.startswith(str(folder))}
+    assert not edited.reused and {"blob.dat", "f003.txt"} <= read and "f004.txt" in read  # the text is read anew
+    text_bytes = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())  # the file now text included
+    assert edited.train_stats.bytes + edited.validation_stats.bytes == text_bytes
+
+
+def test_a_file_turned_binary_is_skipped_though_its_old_verdict_was_kept(tmp_path, monkeypatch):
+    from minigpt.data.sources import resolve_files
+
+    monkeypatch.setattr(digests, "RACY_SECONDS", 0.0)
+    folder = marked_corpus(tmp_path / "src", files=3)
+    assert len(resolve_files([str(folder)], "train", cache_dir=tmp_path / "cache")) == 3
+    (folder / "f001.txt").write_bytes(b"\x00\x01" * 40)  # the same size: the change time tells
+    as_a_new_process(monkeypatch)
+    assert [p.name for p in resolve_files([str(folder)], "train", cache_dir=tmp_path / "cache")] == ["f000.txt", "f002.txt"]
+
+
+# ---- packing: memory bounded by a block, not by the batch ---------------------------------------------
+
+
+def test_packing_copies_no_more_than_a_block_and_keeps_the_stream_whole(tmp_path):
+    """Blocks are written from views of the tokenized rows: the only copies are of a block that
+    spans two Arrow chunks (numpy's allocations, traced); the blocks are the stream, in order."""
+    import itertools
+    import tracemalloc
+
+    import datasets
+    import numpy as np
+    import pyarrow as pa
+
+    from minigpt.data.packing import write_blocks
+
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(0, 120, size=20_000)  # rows shorter and longer than a block, some empty
+    stream = rng.integers(0, 2**31 - 1, size=int(lengths.sum()), dtype=np.int32)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    rows = pa.ListArray.from_arrays(pa.array(offsets), pa.array(stream))
+    cuts = [0, 3, 4, 5, 2_000, 2_001, 9_000, 20_000]  # chunks of 1 row, of thousands
+    table = pa.Table.from_batches(
+        [pa.record_batch([rows.slice(a, b - a)], names=["input_ids"]) for a, b in itertools.pairwise(cuts)]
+    )
+    tokenized, block_size = datasets.Dataset(table), 64
+    tracemalloc.start()
+    try:
+        result = write_blocks(tokenized, tmp_path / "blocks.arrow", block_size, show_progress=False)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 256 * 1024 < stream.nbytes // 4  # a batch of 10,000 rows copied would be megabytes
+    blocks = datasets.Dataset.from_file(str(tmp_path / "blocks.arrow"))
+    ids = np.asarray(blocks.with_format("numpy")["input_ids"]).ravel()
+    assert result.tokens == len(stream) and result.blocks == len(stream) // block_size == len(blocks)
+    assert result.dropped_tokens == len(stream) % block_size and np.array_equal(ids, stream[: len(ids)])
 
 
 # ---- a resumed run does not replay the batches it skips ---------------------------------------------

@@ -166,7 +166,9 @@ def prepare_corpus(
     print(f"preparing blocks in {target}")
     with datasets_progress_bars(settings.show_progress), atomic_output_dir(target) as staging:
         meta = _prepare_into(staging, settings, tokenizer)
-        meta.update(tokenizer_fingerprint=tokenizer_id, format=fmt, sources=[str(p) for p in train_paths])
+        # the sources by count and first name: a list of every file would grow with the corpus
+        meta.update(tokenizer_fingerprint=tokenizer_id, format=fmt, source_files=len(train_paths) + len(validation_paths))
+        meta.update(first_source=str(train_paths[0]))
         (staging / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     corpus = load_prepared(target)
     corpus.reused = False

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 import datasets
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from datasets.arrow_writer import ArrowWriter
 from tokenizers import Tokenizer
 from tqdm.auto import tqdm
@@ -30,7 +29,8 @@ if TYPE_CHECKING:
     from .sources import RawSplit
 
 TOKEN_DTYPE = "int32"  # ids < 2**31; half the disk of int64. Python-list batches become int64 tensors
-PACK_BATCH_ROWS = 10_000  # tokenized rows read per step of the packing loop
+PACK_BATCH_ROWS = 10_000  # tokenized rows sliced per step of the packing loop (views: no copy)
+PACK_STREAM_ROWS = 256  # rows per step of a streamed split, whose batches are built in memory
 # Text per Dataset.map batch: datasets batches by rows, from 100-byte JSON lines to 64K-character
 # pieces of text files, and a batch's encodings hold tens of bytes per token: batches stay this small.
 BATCH_TEXT_BYTES = 4 << 20
@@ -109,15 +109,17 @@ class PackResult:
 def _token_batches(
     tokenized: datasets.Dataset | datasets.IterableDataset,
 ) -> Iterator[tuple[np.ndarray, int]]:
-    """The flat token stream of a tokenized Dataset/IterableDataset, one batch of rows at a time."""
+    """The flat token stream of a tokenized Dataset/IterableDataset, one Arrow chunk of rows at a
+    time: (its tokens, its rows). A Dataset's are zero-copy views of its memory-mapped file."""
     if isinstance(tokenized, datasets.Dataset):
         arrow = tokenized.with_format("arrow")
         batches = (arrow[i : i + PACK_BATCH_ROWS] for i in range(0, tokenized.num_rows, PACK_BATCH_ROWS))
     else:
-        batches = tokenized.with_format("arrow").iter(batch_size=PACK_BATCH_ROWS)
+        batches = tokenized.with_format("arrow").iter(batch_size=PACK_STREAM_ROWS)
     for table in batches:
-        flat = pc.list_flatten(table.column("input_ids"))  # respects slices, unlike .values
-        yield flat.to_numpy().astype(np.int32, copy=False), table.num_rows
+        for chunk in table.column("input_ids").chunks:  # never concatenated: a copy of the batch
+            flat = chunk.flatten()  # respects slices, unlike .values
+            yield flat.to_numpy(zero_copy_only=False).astype(np.int32, copy=False), len(chunk)
 
 
 def write_blocks(
@@ -127,22 +129,36 @@ def write_blocks(
     total_rows: int | None = None,
     show_progress: bool = True,
 ) -> PackResult:
-    """Pack the token stream of `tokenized` into `block_size` blocks written to the Arrow file `path`."""
+    """Pack the token stream of `tokenized` into `block_size` blocks written to the Arrow file `path`.
+
+    Blocks are written from views of the tokenized rows; only a block that spans two chunks is
+    copied (the unfinished block carried over), so memory does not grow with the batch or the corpus."""
     writer = ArrowWriter(features=block_features(block_size), path=str(path))
-    carry = np.empty(0, dtype=np.int32)  # tokens of the unfinished block, carried to the next batch
+    carry = np.empty(0, dtype=np.int32)  # tokens of the unfinished block, carried to the next chunk
     tokens = blocks = 0
     bar = tqdm(total=total_rows, desc=f"packing {path.stem}", unit=" rows", disable=not show_progress)
+
+    def write(stream: np.ndarray) -> None:  # whole blocks only
+        values = pa.array(stream, type=pa.int32())  # a view of `stream`, no copy
+        column = pa.FixedSizeListArray.from_arrays(values, block_size)  # (blocks, block_size), no copy
+        writer.write_table(pa.table({"input_ids": column, "labels": column}))
+
     try:
         for flat, rows in _token_batches(tokenized):
             tokens += len(flat)
-            stream = np.concatenate([carry, flat]) if len(carry) else flat
-            full = len(stream) // block_size
+            start = 0
+            if len(carry):  # complete the carried block first
+                start = min(block_size - len(carry), len(flat))
+                carry = np.concatenate([carry, flat[:start]])
+                if len(carry) == block_size:
+                    write(carry)
+                    blocks, carry = blocks + 1, np.empty(0, dtype=np.int32)
+            full = (len(flat) - start) // block_size
             if full:
-                values = pa.array(stream[: full * block_size], type=pa.int32())
-                column = pa.FixedSizeListArray.from_arrays(values, block_size)  # (full, block_size), no copy
-                writer.write_table(pa.table({"input_ids": column, "labels": column}))
+                write(flat[start : start + full * block_size])
                 blocks += full
-            carry = stream[full * block_size :].copy()
+            if not len(carry):
+                carry = flat[start + full * block_size :].copy()
             bar.update(rows)
     finally:
         bar.close()

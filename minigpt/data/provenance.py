@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat as stat_module
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -51,19 +52,32 @@ def content_fingerprint(
     process and, with `cache_dir` (`data.cache_dir`), once until it changes (`digests`; `save`:
     whether new digests are written there).
     """
-    named = []  # (name hashed, file)
-    for path in paths:
-        for file in _files_of(path):
+    return fingerprint_sources(paths, portable, cache_dir, save)[0]
+
+
+def fingerprint_sources(
+    paths: list[Path], portable: bool = False, cache_dir: str | Path | None = None, save: bool = True
+) -> tuple[str, list[SourceFile]]:
+    """`content_fingerprint` and `list_sources` of `paths` at once: one `stat` per file."""
+    named, files, stats = [], [], []  # (name hashed, index of its input), file, its stat (None: to take)
+    for index, path in enumerate(paths):
+        stat = os.stat(path)
+        members = _files_of(path) if stat_module.S_ISDIR(stat.st_mode) else [path]
+        for file in members:
             if portable:
-                name = path.name if file == path else f"{path.name}/{file.relative_to(path)}"
+                name = path.name if file is path else f"{path.name}/{file.relative_to(path)}"
             else:
                 name = os.path.abspath(file)
-            named.append((name, file))
+            named.append((name, index))
+            files.append(file)
+            stats.append(stat if file is path else None)
     digest = hashlib.sha256()
-    for (name, _), (size, file_digest) in zip(named, file_digests([f for _, f in named], cache_dir, save), strict=True):
+    sizes = [0] * len(paths)
+    for (name, index), (size, file_digest) in zip(named, file_digests(files, cache_dir, save, stats), strict=True):
         digest.update(f"{name}\0{size}\0".encode())
         digest.update(bytes.fromhex(file_digest))
-    return digest.hexdigest()[:16]
+        sizes[index] += size
+    return digest.hexdigest()[:16], [SourceFile(path.name, size) for path, size in zip(paths, sizes, strict=True)]
 
 
 def describe_sources(sources: list[SourceFile], limit: int = 3) -> str:
@@ -158,6 +172,7 @@ __all__ = [
     "TrainingData",
     "content_fingerprint",
     "describe_sources",
+    "fingerprint_sources",
     "list_sources",
     "split_settings",
 ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import glob
+import os
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ import pyarrow.compute as pc
 from ..distributed import is_main_process
 from ..errors import ConfigError, DataError, MiniGPTUserError
 from ..progress import datasets_progress_bars
+from .digests import binary_verdicts
 from .provenance import content_fingerprint
 from .settings import FORMATS, DataSettings, seeded_unit
 from .text_files import INVALID_CHARS, load_text_files, text_features
@@ -94,13 +96,20 @@ def _offline() -> Iterator[None]:
         datasets.config.HF_HUB_OFFLINE = saved
 
 
-def resolve_files(entries: str | list[str], role: str, exclude: Sequence[str] = ()) -> list[Path]:
+def resolve_files(
+    entries: str | list[str],
+    role: str,
+    exclude: Sequence[str] = (),
+    cache_dir: str | Path | None = None,
+    save: bool = True,
+) -> list[Path]:
     """Expand files, folders and globs into a sorted list of files (a `save_to_disk` folder stays whole).
 
     A folder gives its text files only: hidden files and folders, compiled files (`__pycache__/`,
     `.pyc`, `.so`, ...), empty files and binaries (by their first bytes: a NUL or invalid UTF-8)
     are skipped, and so is whatever matches an `exclude` pattern (also in globs); one line says
-    how many were skipped and why.
+    how many were skipped and why. Whether a file looks binary is read once per version of it
+    (`digests.binary_verdicts`, kept under `cache_dir` when given; `save`: whether to write there).
     """
     entries = [entries] if isinstance(entries, str) else list(entries)
     found: list[Path] = []
@@ -118,14 +127,7 @@ def resolve_files(entries: str | list[str], role: str, exclude: Sequence[str] = 
             if _is_saved_dataset(path):
                 found.append(path)
                 continue
-            files, skipped = [], Counter()
-            for candidate in sorted(path.rglob("*")):
-                if candidate.is_file():
-                    reason = _skip_reason(candidate, path, exclude)
-                    if reason is None:
-                        files.append(candidate)
-                    else:
-                        skipped[reason] += 1
+            files, skipped = _folder_files(path, exclude, cache_dir, save)
             if not files:
                 reasons = f" (skipped: {_describe_skips(skipped)})" if skipped else ""
                 raise DataError(f"{role} folder {entry} is empty of text files{reasons}")
@@ -153,7 +155,6 @@ COMPILED_FOLDERS = frozenset(("__pycache__",))
 SNIFF_BYTES = 8192  # bytes read from the start of a file in a folder to tell text from binary
 BINARY_INVALID_SHARE = 0.1  # more undecodable characters than this in those bytes: a binary file
 _said: set[str] = set()
-_sniffed: dict[str, tuple[tuple[int, ...], bool]] = {}  # file -> (stat signature, looks binary), this process
 
 
 def plural(count: int, noun: str) -> str:
@@ -161,24 +162,59 @@ def plural(count: int, noun: str) -> str:
     return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
-def _skip_reason(path: Path, root: Path, exclude: Sequence[str]) -> str | None:
-    """Why a file inside a folder corpus is not read as text, or None to read it."""
-    relative = path.relative_to(root)
-    if any(part.startswith(".") for part in relative.parts):
+def _folder_files(root: Path, exclude: Sequence[str], cache_dir, save: bool) -> tuple[list[Path], Counter]:
+    """The text files of the folder `root` in `Path` order, and how many others were skipped, why.
+
+    One `stat` per file that is not skipped by its name; its first bytes are read only when not
+    known by that stat (`binary_verdicts`)."""
+    skipped: Counter = Counter()
+    candidates = []  # (path relative to root, its stat)
+    for parts in sorted(_walk(str(root), ())):  # tuples of parts: the order of sorted Paths
+        reason = _name_skip_reason(parts, exclude)
+        relative = "/".join(parts)
+        if reason is None:
+            try:
+                stat = os.stat(os.path.join(root, relative))
+            except OSError:  # gone since it was listed
+                continue
+            if stat.st_size == 0:
+                reason = "empty"
+            else:
+                candidates.append((relative, stat))
+                continue
+        skipped[reason] += 1
+    binary = binary_verdicts(str(root), candidates, _looks_binary, cache_dir, save)
+    skipped["binary"] += sum(binary)
+    files = [root / relative for (relative, _), is_binary in zip(candidates, binary, strict=True) if not is_binary]
+    return files, +skipped
+
+
+def _walk(folder: str, parents: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
+    """The regular files (or links to one) under `folder`, as tuples of path parts below it; links
+    to folders are not followed (as `Path.rglob`)."""
+    try:
+        with os.scandir(folder) as listing:
+            entries = list(listing)
+    except PermissionError:
+        return
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                yield from _walk(entry.path, (*parents, entry.name))
+            elif entry.is_file():
+                yield (*parents, entry.name)
+        except OSError:
+            continue
+
+
+def _name_skip_reason(parts: tuple[str, ...], exclude: Sequence[str]) -> str | None:
+    """Why a file inside a folder corpus (its path parts below the folder) is skipped by its name."""
+    if any(part.startswith(".") for part in parts):
         return "hidden"
-    if _excluded(relative, exclude):
+    if exclude and _excluded(Path(*parts), exclude):
         return "excluded"
-    if path.suffix.lower() in COMPILED_SUFFIXES or COMPILED_FOLDERS & set(relative.parts[:-1]):
+    if os.path.splitext(parts[-1])[1].lower() in COMPILED_SUFFIXES or COMPILED_FOLDERS.intersection(parts[:-1]):
         return "compiled"
-    stat = path.stat()
-    if stat.st_size == 0:
-        return "empty"
-    signature = (stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
-    known = _sniffed.get(str(path))
-    if known is None or known[0] != signature:  # a run resolves its folders several times: sniff once
-        known = _sniffed[str(path)] = (signature, _looks_binary(path))
-    if known[1]:
-        return "binary"
     return None
 
 
@@ -190,10 +226,10 @@ def _excluded(path: Path, patterns: Sequence[str]) -> bool:
     )
 
 
-def _looks_binary(path: Path) -> bool:
+def _looks_binary(path: str) -> bool:
     """A NUL byte, or mostly undecodable bytes, in the first SNIFF_BYTES. Text in another encoding
     with a few bad bytes is read, and checked against data.max_invalid_utf8_fraction like any text."""
-    with path.open("rb") as handle:
+    with open(path, "rb") as handle:
         head = handle.read(SNIFF_BYTES)
     if b"\x00" in head:
         return True
@@ -525,11 +561,15 @@ def _split_random(loaded: _Loaded, settings: DataSettings) -> tuple[RawSplit, Ra
     return splits[0], splits[1]
 
 
-def source_files(settings: DataSettings) -> tuple[list[Path], list[Path]]:
-    """(train files, validation files) named by the settings, resolved and checked to exist."""
-    train = resolve_files(settings.train_files, "train", settings.exclude)
+def source_files(settings: DataSettings, save: bool = True) -> tuple[list[Path], list[Path]]:
+    """(train files, validation files) named by the settings, resolved and checked to exist (what
+    a folder's files look like is remembered under data.cache_dir; `save`: whether to write there)."""
+    known = dict(cache_dir=settings.cache_dir, save=save)
+    train = resolve_files(settings.train_files, "train", settings.exclude, **known)
     validation = (
-        resolve_files(settings.validation_files, "validation", settings.exclude) if settings.validation_files else []
+        resolve_files(settings.validation_files, "validation", settings.exclude, **known)
+        if settings.validation_files
+        else []
     )
     return train, validation
 

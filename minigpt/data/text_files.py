@@ -23,6 +23,9 @@ import datasets
 PIECE_CHARS = 1 << 16  # characters per row at most (twice that where a line runs on): bounded batches
 INVALID_CHARS = ("\ufffd", "\x00")  # what undecodable bytes become (errors="replace") and binary's NULs
 LOADER_VERSION = 1  # bump when the rows made from the same files change (part of the cache fingerprint)
+# Rows a loading process holds before writing them to Arrow (datasets' default is 1000): at most
+# 64 x 2 x PIECE_CHARS characters, so a folder of large files does not grow its batches.
+WRITER_BATCH_ROWS = 64
 
 
 def text_features() -> datasets.Features:
@@ -86,6 +89,7 @@ def load_text_files(
         cache_dir=cache_dir,
         num_proc=processes if processes > 1 else None,
         fingerprint=f"minigpt-text-{LOADER_VERSION}-{PIECE_CHARS}-{fingerprint}",
+        writer_batch_size=WRITER_BATCH_ROWS,
         **kwargs,
     )
 

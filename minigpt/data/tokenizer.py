@@ -20,7 +20,7 @@ from ..atomic import atomic_output_dir
 from ..distributed import is_main_process
 from ..errors import ConfigError
 from .chat_template import CHAT_TEMPLATE
-from .provenance import TrainingData, content_fingerprint, list_sources, split_settings
+from .provenance import TrainingData, fingerprint_sources, split_settings
 from .settings import DataSettings, TokenizerSettings
 from .sources import detect_format, load_raw_corpus, source_files
 from .tokenizer_sample import sample_plan, training_text
@@ -138,11 +138,12 @@ def training_data(
 ) -> TrainingData:
     """What a tokenizer trained on `data`'s train split is trained on (hashes every file not hashed
     before: `digests`; `save`: remember new digests in data.cache_dir)."""
-    train_paths, _ = source_files(data)
+    train_paths, _ = source_files(data, save=save)
     fmt = detect_format(train_paths, data.format)
+    fingerprint, files = fingerprint_sources(train_paths, portable=True, cache_dir=data.cache_dir, save=save)
     return TrainingData(
-        files=list_sources(train_paths),
-        fingerprint=content_fingerprint(train_paths, portable=True, cache_dir=data.cache_dir, save=save),
+        files=files,
+        fingerprint=fingerprint,
         split=split_settings(data, fmt, len(train_paths)),
         train_bytes=train_bytes,
         sample=sample,
