@@ -46,16 +46,16 @@ def build_chat_tokenizer(vocab_size: int = 300):
 
 
 def never_ending_model(tokenizer, seed: int = 0, **overrides):
-    """A random tiny MiniGPT that writes printable ASCII and never ends its turn: the output rows of
-    the special tokens and of tokens that are not printable ASCII are zero, so its greedy choice (the
-    largest logit, positive among hundreds of random ones) is readable text, up to the reply limit."""
+    """A random tiny MiniGPT that writes words and never ends its turn: the output rows of every
+    token but the printable ASCII ones that start with a space are zero, so its greedy choice (the
+    largest logit, positive among dozens of random ones) is a word, and each word streams at once
+    (a streamer holds text back until a space), up to the reply limit."""
     model = tiny_model(seed=seed, **overrides)
+    texts = [tokenizer.decode([i]) for i in range(len(tokenizer))]
     silent = [
         i
-        for i in range(len(tokenizer))
-        if i < len(CHAT_SPECIALS)
-        or not tokenizer.decode([i]).isascii()
-        or not tokenizer.decode([i]).isprintable()
+        for i, text in enumerate(texts)
+        if i < len(CHAT_SPECIALS) or not (text.startswith(" ") and text.isascii() and text.isprintable())
     ]
     with torch.no_grad():
         model.lm_head.weight[silent] = 0.0  # (V, C) rows; tied: their embeddings too

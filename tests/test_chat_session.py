@@ -209,6 +209,14 @@ def test_terminal_chat_ends_at_end_of_input_and_says_when_the_context_is_full(to
     assert session.last_reply.dropped_messages > 0
 
 
+def test_chat_script_lists_the_decodings_of_the_package():
+    import runpy
+
+    from minigpt.generation import DECODINGS
+
+    assert runpy.run_path(str(CHAT))["DECODINGS"] == DECODINGS
+
+
 def test_cli_on_a_base_model_is_one_line_and_exit_2(tmp_path, subprocess_env):
     base = save_model(tmp_path / "base", tiny_model(), build_tiny_tokenizer())
     result = run_chat([base], "Hello\n", subprocess_env)

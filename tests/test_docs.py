@@ -55,6 +55,7 @@ HELP_ONLY = {
     "scripts/benchmark.py": "minutes of training and generation side by side",
     "scripts/benchmark_data.py": "writes and prepares corpora of tens of MB",
     "scripts/app.py": "serves a web page until Ctrl-C",
+    "scripts/chat.py": "reads the terminal until /quit (tests/test_chat_session.py drives it)",
 }
 # Scripts run with the documented arguments, in this process.
 RUN = (
