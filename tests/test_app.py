@@ -554,8 +554,8 @@ def test_chat_tab_streams_a_reply_stops_continues_and_resets(page, workdir):
     page.fill("#chat-input textarea", "Hello")
     page.click("#chat-send")
     expect(page.locator(CHAT_MESSAGE)).to_have_text(
-        f"error: {base} has no chat template (a base model): fine-tune it on conversations first "
-        "(python scripts/train.py configs/chat.yaml, model.init_from=MODEL)"
+        f"error: {base} has no chat template (a base model): fine-tune it on conversations first: "
+        f"python scripts/train.py configs/chat.yaml model.init_from={base}"
     )
     expect(page.locator("#chat-input textarea")).to_have_value("Hello")
     expect(page.locator(CHAT_USER)).to_have_count(0)

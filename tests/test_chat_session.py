@@ -153,7 +153,9 @@ def test_reset_forgets_the_conversation_and_seeds_count_per_reply(model, tokeniz
 
 
 def test_a_base_model_is_no_chat_model(model):
-    with pytest.raises(NotAChatModelError, match=r"^base has no chat template .*configs/chat.yaml"):
+    with pytest.raises(
+        NotAChatModelError, match=r"^base has no chat template .*configs/chat.yaml model.init_from=base$"
+    ):
         ChatSession(model, build_tiny_tokenizer(), name="base")
 
 
@@ -227,8 +229,8 @@ def test_cli_on_a_base_model_is_one_line_and_exit_2(tmp_path, monkeypatch, capsy
     code, out, err = run_chat([base], "Hello\n", monkeypatch, capsys)
     assert (code, out) == (2, "")
     assert err.splitlines() == [
-        f"error: {base} has no chat template (a base model): fine-tune it on conversations first "
-        "(python scripts/train.py configs/chat.yaml, model.init_from=MODEL)"
+        f"error: {base} has no chat template (a base model): fine-tune it on conversations first: "
+        f"python scripts/train.py configs/chat.yaml model.init_from={base}"
     ]
 
 

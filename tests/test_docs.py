@@ -69,6 +69,7 @@ RUN = (
 )
 # Python snippets only compiled, by a line they contain, and why.
 PYTHON_COMPILE_ONLY = {
+    'resolve_model("runs/shakespeare-chat")': "needs the chat run that docs/chat.md trains",
     "api.upload_folder(": "uploads to the real hub: the network and a login",
     "callbacks=[my_callback]": "a fragment: my_callback is the reader's own",
 }

@@ -203,7 +203,7 @@ def build_app(
             )
             chatbot = gr.Chatbot(
                 label="Conversation",
-                height=360,
+                height=420,
                 render_markdown=False,  # the model's text as it wrote it
                 buttons=["copy", "copy_all"],  # no "share": it posts to the hub
                 elem_id="chat-history",

@@ -39,7 +39,7 @@ from ..generation.sampling import (
 # a quarter of the context, so the history keeps most of it.
 DEFAULT_REPLY_SHARE = 4
 HOW_TO_GET_A_TEMPLATE = (
-    "fine-tune it on conversations first (python scripts/train.py configs/chat.yaml, model.init_from=MODEL)"
+    "fine-tune it on conversations first: python scripts/train.py configs/chat.yaml model.init_from={}"
 )
 
 
@@ -58,10 +58,14 @@ def end_of_turn_ids(tokenizer, name: str = "the model") -> list[int]:
     or no `<|im_end|>` token.
     """
     if not getattr(tokenizer, "chat_template", None):
-        raise NotAChatModelError(f"{name} has no chat template (a base model): {HOW_TO_GET_A_TEMPLATE}")
+        raise NotAChatModelError(
+            f"{name} has no chat template (a base model): {HOW_TO_GET_A_TEMPLATE.format(name)}"
+        )
     im_end = tokenizer.convert_tokens_to_ids(IM_END)
     if im_end is None or im_end == tokenizer.unk_token_id:
-        raise NotAChatModelError(f"{name}'s tokenizer has no {IM_END} token: {HOW_TO_GET_A_TEMPLATE}")
+        raise NotAChatModelError(
+            f"{name}'s tokenizer has no {IM_END} token: {HOW_TO_GET_A_TEMPLATE.format(name)}"
+        )
     ids = [im_end]
     if tokenizer.eos_token_id is not None and tokenizer.eos_token_id != im_end:
         ids.append(tokenizer.eos_token_id)
