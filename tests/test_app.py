@@ -2,7 +2,8 @@
 
 One server process for the module, on a free loopback port, with every outbound HTTP(S) request
 sent to a local recorder (HTTP(S)_PROXY), which must see none. One smoke run is trained, watched,
-refused a second start, stopped, resumed, stopped again and then talked to, in the page.
+refused a second start, stopped, resumed, stopped again and then talked to, in the page; a
+tiny chat model is chatted with in the Chat tab.
 """
 
 from __future__ import annotations
@@ -526,8 +527,8 @@ def test_chat_tab_streams_a_reply_stops_continues_and_resets(page, workdir):
     page.fill("#chat-input textarea", "Speak again")
     page.click("#chat-send")
     expect(page.locator(CHAT_MESSAGE)).to_contain_text("reply limit reached: 8 tokens")
-    session.settings = SamplingSettings(max_new_tokens=8, temperature=0.0)
-    session.generation_config.max_new_tokens = 8
+    settings = SamplingSettings(max_new_tokens=8, temperature=0.0)
+    session = ChatSession(model, tokenizer, settings, "You are Juliet.", session.messages)
     second = "".join(session.reply("Speak again"))
     expect(page.locator(CHAT_USER)).to_have_text(["Good morrow", "Speak again"])
     expect(page.locator(CHAT_BOT)).to_have_text([inspect.cleandoc(first), inspect.cleandoc(second)])
