@@ -26,7 +26,7 @@ STAGE_RANK = {
     "minigpt.export": 3,  # stock architectures and GGUF, in and out: imports the model and data stages
     "minigpt.hub": 4,  # store, loading by id or folder, publishing (publishes the stock form): below training
     "minigpt.generation": 5,  # sampling from any model: what training's samples use too
-    "minigpt.chat": 5,  # conversations, their encoding, chat-ready models, chat sessions: training and the app use it
+    "minigpt.chat": 5.5,  # conversations, chat-ready models, sessions: samples replies, chat runs encode with it
     "minigpt.training": 6,  # starts from trained, published or stock models
     "minigpt.evaluation": 7,
     "minigpt.metrics": 7,

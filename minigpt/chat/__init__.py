@@ -1,1 +1,10 @@
-"""Chat: conversations -> encoding -> chat_format (a chat-ready model) -> session (talking to it)."""
+"""Talking to a model: the chat stage, above generation (it samples replies) and below training
+(chat fine-tuning encodes conversations with it).
+
+    conversations -> encoding -> chat_format -> session
+
+conversations: the `{"messages": [...]}` JSON lines read and checked; encoding: a conversation as
+token ids and the assistant-token mask (the chat template, `minigpt.data.chat_template`);
+chat_format: a (model, tokenizer) pair made chat-ready when it is not (role tokens, template,
+embeddings, end-of-turn); session: multi-turn chat with a history cut to the context.
+"""
