@@ -168,7 +168,7 @@ def test_text_generator_streams_a_hub_repo_and_lists_runs(tmp_path):
 def test_chat_replies_continue_a_conversation_and_stop_only_their_page(tmp_path):
     """The Chat tab's replies: streamed into the page's conversation, stopped by that page's Stop
     alone, then a next message continues the conversation, the same as a ChatSession's."""
-    from chat_fixtures import build_chat_tokenizer, never_ending_model, save_model
+    from talk_fixtures import build_chat_tokenizer, never_ending_model, save_model
 
     from minigpt.app.chat_replies import ChatReplies
     from minigpt.app.text_generator import TextGenerator
@@ -486,7 +486,7 @@ def test_chat_tab_streams_a_reply_stops_continues_and_resets(page, workdir):
     on with the same text as a ChatSession's, Reset clears it; a base model is one line."""
     import inspect
 
-    from chat_fixtures import build_chat_tokenizer, never_ending_model, save_model
+    from talk_fixtures import build_chat_tokenizer, never_ending_model, save_model
 
     from minigpt.chat.session import ChatSession
     from minigpt.generation import SamplingSettings

@@ -14,8 +14,8 @@ import time
 
 import pytest
 import torch
-from chat_fixtures import at_once_ending_model, build_chat_tokenizer, never_ending_model, save_model
 from conftest import PYTHON, REPO_ROOT, build_tiny_tokenizer, load_script, tiny_model
+from talk_fixtures import at_once_ending_model, build_chat_tokenizer, never_ending_model, save_model
 
 from minigpt.chat.session import ChatError, ChatSession, NotAChatModelError
 from minigpt.chat.terminal import chat_in_terminal
