@@ -210,11 +210,16 @@ class ChatSession:
         """Token ids of the system prompt, `messages` and the assistant header the reply follows."""
         if self.system_prompt:
             messages = [{"role": "system", "content": self.system_prompt}, *messages]
-        return list(
-            self.tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=True, return_dict=False
-            )
+        # verbose=False: a whole history longer than the context is rendered only to be cut, and
+        # the tokenizer would warn about its length.
+        ids = self.tokenizer.apply_chat_template(
+            messages,
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
+            tokenizer_kwargs={"verbose": False},
         )
+        return list(ids)
 
     def _generation_config(self, run_config: dict[str, Any] | None) -> GenerationConfig:
         """The reply's sampling, as `scripts/generate.py` builds it, ending at the end-of-turn ids."""
