@@ -492,14 +492,16 @@ def test_chat_tab_streams_a_reply_stops_continues_and_resets(page, workdir):
     from minigpt.generation import SamplingSettings
 
     tokenizer = build_chat_tokenizer()
-    model = never_ending_model(tokenizer, max_position_embeddings=256)  # replies long enough to stop
+    model = never_ending_model(
+        tokenizer, max_position_embeddings=1024
+    )  # replies of seconds: Stop lands midway
     folder = save_model(workdir / "chat-model", model, tokenizer)
     page.get_by_role("tab", name="Chat").click()
     page.locator("#chat-model input").fill(str(folder))
     page.locator("#chat-model input").press("Enter")
     page.get_by_text("Sampling").click()
     page.fill("#chat-temperature input", "0")
-    page.fill("#chat-max-new-tokens input", "200")
+    page.fill("#chat-max-new-tokens input", "960")
     page.fill("#chat-system textarea", "You are Juliet.")
     page.fill("#chat-input textarea", "Good morrow")
     page.locator("#chat-input textarea").press("Enter")
@@ -514,7 +516,7 @@ def test_chat_tab_streams_a_reply_stops_continues_and_resets(page, workdir):
     page.click("#chat-stop")
     expect(page.locator(CHAT_MESSAGE)).to_contain_text("stopped: ")
     written = int(re.search(r"stopped: (\d+) tokens", page.inner_text(CHAT_MESSAGE)).group(1))
-    assert 0 < written < 200
+    assert 0 < written < 960
     session = ChatSession(
         model, tokenizer, SamplingSettings(max_new_tokens=written, temperature=0.0), "You are Juliet."
     )
@@ -535,7 +537,7 @@ def test_chat_tab_streams_a_reply_stops_continues_and_resets(page, workdir):
     expect(page.locator("#chat-input textarea")).to_have_value("")
 
     # Reset during a reply stops it and clears the conversation, which the reply's end leaves cleared.
-    page.fill("#chat-max-new-tokens input", "200")
+    page.fill("#chat-max-new-tokens input", "960")
     page.fill("#chat-input textarea", "Once more")
     page.click("#chat-send")
     expect(page.locator(CHAT_USER)).to_have_count(3)

@@ -253,11 +253,11 @@ def test_ctrl_c_stops_a_reply_then_quits_at_the_prompt(tmp_path, tokenizer, subp
     """In a terminal: Ctrl-C during a reply ends the reply and the chat goes on; at the prompt it quits (0)."""
     # A longer context, so a reply lasts long enough to be interrupted.
     folder = save_model(
-        tmp_path / "long", never_ending_model(tokenizer, max_position_embeddings=256), tokenizer
+        tmp_path / "long", never_ending_model(tokenizer, max_position_embeddings=1024), tokenizer
     )
     main, child = pty.openpty()
     process = subprocess.Popen(
-        [PYTHON, str(CHAT), str(folder), "--temperature", "0", "--max-new-tokens", "200"],
+        [PYTHON, str(CHAT), str(folder), "--temperature", "0", "--max-new-tokens", "960"],
         stdin=child,
         stdout=child,
         stderr=child,
