@@ -276,7 +276,10 @@ def test_ctrl_c_stops_a_reply_then_quits_at_the_prompt(tmp_path, tokenizer, subp
         seen = read_until(main, "[stopped]")
         if "> " not in seen.partition("[stopped]")[2]:  # the prompt again, perhaps in the same read
             seen += read_until(main, "> ")
-        os.write(main, b"\x03")  # at the prompt
+        # At the prompt; not within the instant after it is shown, when a line editor has printed it
+        # but not yet started waiting for the keyboard (a signal then waits for the next key).
+        time.sleep(0.5)
+        os.write(main, b"\x03")
         assert process.wait(timeout=60) == 0
     finally:
         if process.poll() is None:
