@@ -107,6 +107,19 @@ def test_a_reply_streams_the_greedy_tokens_up_to_its_limit(model, tokenizer):
     ]
 
 
+def test_the_reply_limit_holds_whatever_length_the_models_generation_config_sets(tokenizer, caplog):
+    """A training run's model bounds length with max_length (its context), a stock export's with
+    max_new_tokens: either way a reply runs to the session's limit, and transformers warns of nothing."""
+    for bound in ({"max_length": 64}, {"max_new_tokens": 3}):
+        model = never_ending_model(tokenizer)
+        model.generation_config.update(**bound)
+        session = ChatSession(model, tokenizer, SamplingSettings(max_new_tokens=10, **GREEDY))
+        with caplog.at_level("WARNING"):
+            list(session.reply("Hello"))
+        assert session.last_reply.new_tokens == 10, bound
+    assert "seem to have been set" not in caplog.text
+
+
 def test_a_reply_ends_at_the_end_of_turn_token(tokenizer):
     session = ChatSession(
         at_once_ending_model(tokenizer), tokenizer, SamplingSettings(max_new_tokens=10, **GREEDY)

@@ -241,10 +241,13 @@ class ChatSession:
     def _generate(self, user_text: str, input_ids: torch.Tensor, dropped: int, seed: int) -> Iterator[str]:
         """Generate in a worker thread that feeds a streamer; record the turn however it ends."""
         config = GenerationConfig.from_dict(self.generation_config.to_dict())
-        # One total length: the model's generation config may set max_length, and transformers warns
-        # at every call that sets both.
-        config.max_length = input_ids.shape[1] + config.max_new_tokens
-        config.max_new_tokens = None
+        # generate() fills the settings left None from the model's generation config, and warns at
+        # every call that sets max_new_tokens when that config sets max_length: the reply limit goes
+        # the way the model's config bounds length (a training run's: max_length, the context; a
+        # stock export's: max_new_tokens).
+        total_length = input_ids.shape[1] + config.max_new_tokens  # prompt + reply
+        if self.model.generation_config.max_new_tokens is None:
+            config.max_length, config.max_new_tokens = total_length, None
         streamer = TextIteratorStreamer(self.tokenizer, skip_prompt=True, skip_special_tokens=True)
         output: list[torch.Tensor] = []
         failure: list[BaseException] = []
@@ -259,7 +262,7 @@ class ChatSession:
                             generation_config=config,
                             streamer=streamer,
                             stopping_criteria=StoppingCriteriaList([_StopFlag(self._stop)]),
-                            cache=decoding_cache(self.model, self.settings.decoding, config.max_length),
+                            cache=decoding_cache(self.model, self.settings.decoding, total_length),
                         )
                     )
             except BaseException as err:  # handed to the reader below, which re-raises it
