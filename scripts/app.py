@@ -1,4 +1,4 @@
-"""A web page to train a model, watch it learn, stop and resume it, and generate text from it.
+"""A web page to train a model, watch it learn, stop and resume it, generate text from it and chat with it.
 
     pip install -e ".[ui]"
     python scripts/app.py                       # http://127.0.0.1:7860, this machine only
@@ -31,7 +31,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--runs-dir",
         type=Path,
         default=Path("runs"),
-        help="folder whose runs the Generate tab lists (default runs)",
+        help="folder whose runs the Generate and Chat tabs list (default runs)",
     )
     parser.add_argument(
         "--config-dir",

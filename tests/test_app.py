@@ -2,7 +2,8 @@
 
 One server process for the module, on a free loopback port, with every outbound HTTP(S) request
 sent to a local recorder (HTTP(S)_PROXY), which must see none. One smoke run is trained, watched,
-refused a second start, stopped, resumed, stopped again and then talked to, in the page.
+refused a second start, stopped, resumed, stopped again and then talked to, in the page; a
+tiny chat model is chatted with in the Chat tab.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import PYTHON, REPO_ROOT
+from conftest import PYTHON, REPO_ROOT, build_tiny_tokenizer
 
 try:
     from playwright.sync_api import expect, sync_playwright
@@ -41,6 +42,9 @@ SERVER_START_TIMEOUT_S = 120
 TRAIN_ERROR = "#train-error [data-testid=markdown]"
 STATUS = "#run-status [data-testid=markdown]"
 GENERATE_MESSAGE = "#generate-message [data-testid=markdown]"
+CHAT_MESSAGE = "#chat-message [data-testid=markdown]"
+CHAT_USER = "#chat-history [data-testid=user]"  # the conversation's messages, by role
+CHAT_BOT = "#chat-history [data-testid=bot]"
 UI_TIMEOUT_MS = 60_000  # the longest a page waits for the run (2 busy cores, shared with other tests)
 
 
@@ -159,6 +163,36 @@ def test_text_generator_streams_a_hub_repo_and_lists_runs(tmp_path):
     loaded = generator.load("org/app", "v1", str(tmp_path / "hub"))
     assert generator.load("org/app", "v1", str(tmp_path / "hub")) is loaded  # not loaded again
     assert set(list_model_choices([tmp_path])) == {str(run), str(run / "checkpoint-10")}
+
+
+def test_chat_replies_continue_a_conversation_and_stop_only_their_page(tmp_path):
+    """The Chat tab's replies: streamed into the page's conversation, stopped by that page's Stop
+    alone, then a next message continues the conversation, the same as a ChatSession's."""
+    from talk_fixtures import build_chat_tokenizer, never_ending_model, save_model
+
+    from minigpt.app.chat_replies import ChatReplies
+    from minigpt.app.text_generator import TextGenerator
+    from minigpt.chat.session import ChatSession
+    from minigpt.generation import SamplingSettings
+
+    tokenizer = build_chat_tokenizer()
+    model = never_ending_model(tokenizer, max_position_embeddings=128)
+    folder = str(save_model(tmp_path / "chat", model, tokenizer))
+    settings = SamplingSettings(max_new_tokens=30, temperature=0.0)
+    replies = ChatReplies(TextGenerator())
+    stream = replies.stream("page-a", folder, [], "Hello", settings, system_prompt="Be brief.")
+    shown, reply = next(stream)
+    assert shown[0] == {"role": "user", "content": "Hello"} and shown[1]["role"] == "assistant"
+    assert reply is None
+    assert not replies.stop("page-b") and replies.stop("page-a")
+    *_, (conversation, reply) = stream
+    assert reply.stopped and reply.new_tokens < 30 and conversation[-1]["content"] == reply.text
+    assert not replies.stop("page-a")  # nothing in progress any more
+
+    *_, (conversation, reply) = replies.stream("page-a", folder, conversation, "Again", settings, "Be brief.")
+    session = ChatSession(model, tokenizer, settings, "Be brief.", conversation[:2])
+    assert "".join(session.reply("Again")) == reply.text and session.messages == conversation
+    assert (len(conversation), reply.new_tokens, reply.stopped) == (4, 30, False)
 
 
 def test_resume_without_a_checkpoint_is_refused(tmp_path):
@@ -445,6 +479,89 @@ def test_train_watch_stop_resume_then_generate(page, workdir):
     expect(page.locator(GENERATE_MESSAGE)).to_have_text(
         f"error: no model at {workdir / 'no-such-model'}: no such folder"
     )
+
+
+def test_chat_tab_streams_a_reply_stops_continues_and_resets(page, workdir):
+    """The Chat tab on a tiny chat model: the reply streams in, Stop ends it midway, the chat goes
+    on with the same text as a ChatSession's, Reset clears it; a base model is one line."""
+    import inspect
+
+    from talk_fixtures import build_chat_tokenizer, never_ending_model, save_model
+
+    from minigpt.chat.session import ChatSession
+    from minigpt.generation import SamplingSettings
+
+    tokenizer = build_chat_tokenizer()
+    model = never_ending_model(
+        tokenizer, max_position_embeddings=1024
+    )  # replies of seconds: Stop lands midway
+    folder = save_model(workdir / "chat-model", model, tokenizer)
+    page.get_by_role("tab", name="Chat").click()
+    page.locator("#chat-model input").fill(str(folder))
+    page.locator("#chat-model input").press("Enter")
+    page.get_by_text("Sampling").click()
+    page.fill("#chat-temperature input", "0")
+    page.fill("#chat-max-new-tokens input", "960")
+    page.fill("#chat-system textarea", "You are Juliet.")
+    page.fill("#chat-input textarea", "Good morrow")
+    page.locator("#chat-input textarea").press("Enter")
+
+    # Streamed: the reply shows while it is being written; Stop ends it there.
+    expect(page.locator(CHAT_USER)).to_have_text(["Good morrow"])
+    page.wait_for_function(
+        "([bot, status]) => document.querySelector(bot)?.innerText.trim().length > 0"
+        " && document.querySelector(status).innerText.startsWith('replying')",
+        arg=[CHAT_BOT, CHAT_MESSAGE],
+    )
+    page.click("#chat-stop")
+    expect(page.locator(CHAT_MESSAGE)).to_contain_text("stopped: ")
+    written = int(re.search(r"stopped: (\d+) tokens", page.inner_text(CHAT_MESSAGE)).group(1))
+    assert 0 < written < 960
+    session = ChatSession(
+        model, tokenizer, SamplingSettings(max_new_tokens=written, temperature=0.0), "You are Juliet."
+    )
+    first = "".join(session.reply("Good morrow"))
+    expect(page.locator(CHAT_BOT)).to_have_text([inspect.cleandoc(first)])  # as the Chatbot shows text
+    page.screenshot(path=str(workdir / "chat.png"))
+
+    # The chat goes on from the stopped reply.
+    page.fill("#chat-max-new-tokens input", "8")
+    page.fill("#chat-input textarea", "Speak again")
+    page.click("#chat-send")
+    expect(page.locator(CHAT_MESSAGE)).to_contain_text("reply limit reached: 8 tokens")
+    settings = SamplingSettings(max_new_tokens=8, temperature=0.0)
+    session = ChatSession(model, tokenizer, settings, "You are Juliet.", session.messages)
+    second = "".join(session.reply("Speak again"))
+    expect(page.locator(CHAT_USER)).to_have_text(["Good morrow", "Speak again"])
+    expect(page.locator(CHAT_BOT)).to_have_text([inspect.cleandoc(first), inspect.cleandoc(second)])
+    expect(page.locator("#chat-input textarea")).to_have_value("")
+
+    # Reset during a reply stops it and clears the conversation, which the reply's end leaves cleared.
+    page.fill("#chat-max-new-tokens input", "960")
+    page.fill("#chat-input textarea", "Once more")
+    page.click("#chat-send")
+    expect(page.locator(CHAT_USER)).to_have_count(3)
+    expect(page.locator(CHAT_MESSAGE)).to_contain_text("replying")
+    page.click("#chat-reset")
+    expect(page.locator(CHAT_MESSAGE)).to_have_text("the conversation is reset")
+    page.wait_for_timeout(1000)  # a late update of the stopped reply would show in this time
+    expect(page.locator(CHAT_BOT)).to_have_count(0)
+    expect(page.locator(CHAT_MESSAGE)).to_have_text("the conversation is reset")
+
+    # A base model (no chat template) is one line; the message stays to be sent elsewhere.
+    base = save_model(
+        workdir / "base-model", never_ending_model(build_tiny_tokenizer()), build_tiny_tokenizer()
+    )
+    page.locator("#chat-model input").fill(str(base))
+    page.locator("#chat-model input").press("Enter")
+    page.fill("#chat-input textarea", "Hello")
+    page.click("#chat-send")
+    expect(page.locator(CHAT_MESSAGE)).to_have_text(
+        f"error: {base} has no chat template (a base model): fine-tune it on conversations first: "
+        f"python scripts/train.py configs/chat.yaml model.init_from={base}"
+    )
+    expect(page.locator("#chat-input textarea")).to_have_value("Hello")
+    expect(page.locator(CHAT_USER)).to_have_count(0)
 
 
 def test_nothing_went_to_the_network(page, outside_requests, recorder, server):

@@ -55,6 +55,7 @@ HELP_ONLY = {
     "scripts/benchmark.py": "minutes of training and generation side by side",
     "scripts/benchmark_data.py": "writes and prepares corpora of tens of MB",
     "scripts/app.py": "serves a web page until Ctrl-C",
+    "scripts/chat.py": "reads the terminal until /quit (tests/test_chat_session.py drives it)",
 }
 # Scripts run with the documented arguments, in this process.
 RUN = (
@@ -69,6 +70,7 @@ RUN = (
 )
 # Python snippets only compiled, by a line they contain, and why.
 PYTHON_COMPILE_ONLY = {
+    'resolve_model("runs/shakespeare-chat")': "needs the chat run that docs/chat.md trains",
     "api.upload_folder(": "uploads to the real hub: the network and a login",
     "callbacks=[my_callback]": "a fragment: my_callback is the reader's own",
     "SFTTrainer(model=model": "TRL's own training run: tests/test_chat_trl.py runs SFTTrainer on a tiny model",

@@ -1,5 +1,7 @@
 """The Generate tab's work: find a model as the CLI does, keep the last one loaded, stream text.
 
+The Chat tab talks to the same loaded model (`using`, `chat_replies`).
+
 A model is named like `scripts/generate.py`'s MODEL argument (a run, checkpoint or model folder,
 or ORG/NAME in a hub folder at a revision) and loaded with `AutoModelForCausalLM`. The last model
 stays in memory, so trying prompt after prompt reloads nothing; a checkpoint that changed on disk
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,6 +57,15 @@ class TextGenerator:
             )
         return self._loaded
 
+    @contextmanager
+    def using(
+        self, model: str, revision: str | None = None, hub_dir: str | None = None
+    ) -> Iterator[LoadedModel]:
+        """The named model (`load`), held alone for the block: generations share the model and
+        torch's RNG, so they run one after another (the Generate and Chat tabs alike)."""
+        with self._lock:
+            yield self.load(model, revision, hub_dir)
+
     def stream(
         self,
         model: str,
@@ -66,8 +78,7 @@ class TextGenerator:
         seed = settings.seed if settings.seed is not None else random_seed()
         settings = SamplingSettings(**{**settings.__dict__, "seed": seed, "num_samples": 1})
         settings.validate()  # before loading: a bad setting should not wait for a model
-        with self._lock:
-            loaded = self.load(model, revision, hub_dir)
+        with self.using(model, revision, hub_dir) as loaded:
             for text in stream_text(loaded.model, loaded.tokenizer, prompt, settings, loaded.run_config):
                 yield text, seed
 

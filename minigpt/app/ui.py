@@ -1,4 +1,5 @@
-"""The page: a Train tab (start, stop, resume, watch) and a Generate tab (try any model), in Gradio.
+"""The page: a Train tab (start, stop, resume, watch), a Generate tab (try any model) and a Chat tab
+(talk to a chat model), in Gradio.
 
 Every page polls the server's one `RunManager` once a second (`gr.Timer`) and redraws only what
 changed since its last poll, so any number of pages, opened before or during a run, show the same
@@ -15,9 +16,11 @@ from typing import Any
 
 import gradio as gr
 
+from minigpt.chat.session import Reply
 from minigpt.errors import MiniGPTUserError
 from minigpt.generation import SamplingSettings
 
+from .chat_replies import ChatReplies, Messages
 from .live_state import FINISHED, IDLE, STOPPED
 from .run_manager import RunManager, one_line
 from .text_generator import TextGenerator, list_model_choices
@@ -28,6 +31,7 @@ TITLE = "MiniGPT"
 CSS = """
 #run-status p { margin: 0.2em 0; }
 #train-error p { color: var(--error-text-color); }
+#chat-history .message-content { white-space: pre-wrap; }
 .message p { margin: 0; }
 """
 
@@ -58,6 +62,7 @@ def build_app(
     default_config: str | None = None,
 ) -> gr.Blocks:
     """The Gradio Blocks of the app (not launched)."""
+    chat = ChatReplies(generator)
     configs = config_choices(config_dir)
     if default_config is None:
         default_config = next(
@@ -172,6 +177,82 @@ def build_app(
             generate_message = gr.Markdown(elem_id="generate-message", elem_classes="message")
             output = gr.Textbox(label="Text", lines=10, interactive=False, elem_id="generated")
 
+        with gr.Tab("Chat"):
+            with gr.Row():
+                chat_model = gr.Dropdown(
+                    models_list(),
+                    value="",
+                    allow_custom_value=True,
+                    label="Model",
+                    info="a chat model (fine-tuned on conversations): a run, checkpoint or model folder, "
+                    "or ORG/NAME in the hub folder",
+                    elem_id="chat-model",
+                    scale=3,
+                )
+                chat_revision = gr.Textbox(
+                    label="Revision", placeholder="main", elem_id="chat-revision", scale=1
+                )
+                chat_hub_dir = gr.Textbox(
+                    label="Hub folder", placeholder="$HF_HUB_CACHE or ./hub", elem_id="chat-hub-dir", scale=1
+                )
+                chat_refresh = gr.Button("Refresh list", scale=0, elem_id="chat-refresh-models")
+            system_prompt = gr.Textbox(
+                label="System prompt",
+                placeholder="who the model is, how it answers (optional)",
+                elem_id="chat-system",
+            )
+            chatbot = gr.Chatbot(
+                label="Conversation",
+                height=420,
+                render_markdown=False,  # the model's text as it wrote it
+                buttons=["copy", "copy_all"],  # no "share": it posts to the hub
+                elem_id="chat-history",
+            )
+            chat_input = gr.Textbox(
+                label="Message", placeholder="Enter sends", elem_id="chat-input", autofocus=False
+            )
+            with gr.Row():
+                chat_send = gr.Button("Send", variant="primary", elem_id="chat-send")
+                chat_stop = gr.Button("Stop", variant="stop", elem_id="chat-stop")
+                chat_reset = gr.Button("Reset", elem_id="chat-reset")
+            chat_status = gr.Markdown(elem_id="chat-message", elem_classes="message")
+            with gr.Accordion("Sampling", open=False):
+                with gr.Row():
+                    chat_max_new_tokens = gr.Number(
+                        0,
+                        label="Reply limit (tokens)",
+                        precision=0,
+                        minimum=0,
+                        info="0: as the run's samples",
+                        elem_id="chat-max-new-tokens",
+                    )
+                    chat_temperature = gr.Number(
+                        0.8,
+                        label="Temperature",
+                        minimum=0,
+                        step=0.1,
+                        info="0: greedy",
+                        elem_id="chat-temperature",
+                    )
+                    chat_top_k = gr.Number(
+                        50, label="Top-k", precision=0, minimum=0, info="0: off", elem_id="chat-top-k"
+                    )
+                    chat_top_p = gr.Number(
+                        1.0,
+                        label="Top-p",
+                        minimum=0,
+                        maximum=1,
+                        step=0.05,
+                        info="1: off",
+                        elem_id="chat-top-p",
+                    )
+                    chat_seed = gr.Number(
+                        -1, label="Seed", precision=0, info="-1: new random seeds", elem_id="chat-seed"
+                    )
+            conversation = gr.State(
+                []
+            )  # this page's conversation, exactly as said (the Chatbot reformats it)
+
         # ---- Train tab ---------------------------------------------------------------------
         def draw(
             seen_versions: tuple[int, int], model_value: str | None, list_models: bool = False
@@ -275,7 +356,119 @@ def build_app(
             [output, generate_message],
             concurrency_limit=1,  # one model in memory, one generation at a time
         )
+
+        # ---- Chat tab ----------------------------------------------------------------------
+        chat_refresh.click(lambda: gr.update(choices=models_list()), None, chat_model)
+
+        def run_chat(
+            model_name: str | None,
+            revision_text: str,
+            hub_text: str,
+            system_text: str,
+            messages: Messages,
+            text: str,
+            max_tokens: float | None,
+            temp: float | None,
+            k: float | None,
+            p: float | None,
+            seed_value: float | None,
+            request: gr.Request,
+        ) -> Iterator[tuple[Any, ...]]:
+            """Stream the reply to `text` into the conversation; (chatbot, conversation, input, status)."""
+            if not (model_name or "").strip():
+                yield (
+                    messages,
+                    messages,
+                    text,
+                    "error: choose a chat model: a run, checkpoint or model folder, or ORG/NAME",
+                )
+                return
+            if not (text or "").strip():
+                yield gr.skip(), gr.skip(), gr.skip(), "write a message first"
+                return
+            settings = SamplingSettings(  # the page's "as the run" / "random" values are None here
+                max_new_tokens=int(max_tokens) if max_tokens else None,
+                temperature=temp,
+                top_k=None if k is None else int(k),
+                top_p=p,
+                seed=None if seed_value is None or seed_value < 0 else int(seed_value),
+            )
+            asked = [*messages, {"role": "user", "content": text}]
+            yield asked, messages, "", f"loading {model_name} ..."
+            try:
+                replies = chat.stream(
+                    request.session_hash or "",
+                    model_name,
+                    messages,
+                    text,
+                    settings,
+                    system_text,
+                    revision_text,
+                    hub_text,
+                )
+                for shown, reply in replies:
+                    if reply is None:
+                        yield shown, messages, "", "replying ... (Stop ends the reply)"
+                    else:
+                        yield shown, shown, "", chat_status_line(reply)
+            except Exception as err:  # the server keeps running whatever the reply raised
+                yield messages, messages, text, error_line(err)
+
+        chat_inputs = [
+            chat_model,
+            chat_revision,
+            chat_hub_dir,
+            system_prompt,
+            conversation,
+            chat_input,
+            chat_max_new_tokens,
+            chat_temperature,
+            chat_top_k,
+            chat_top_p,
+            chat_seed,
+        ]
+        chat_outputs = [chatbot, conversation, chat_input, chat_status]
+        for trigger in (chat_send.click, chat_input.submit):
+            trigger(run_chat, chat_inputs, chat_outputs, concurrency_limit=1, concurrency_id="chat")
+
+        def stop_reply(request: gr.Request) -> Any:
+            stopped = chat.stop(request.session_hash or "")
+            return gr.skip() if stopped else "no reply in progress"
+
+        chat_stop.click(stop_reply, None, chat_status, queue=False, show_progress="hidden")
+
+        def stop_quietly(request: gr.Request) -> None:
+            chat.stop(request.session_hash or "")
+
+        def clear_chat() -> tuple[Any, ...]:
+            return [], [], "the conversation is reset"
+
+        # Reset stops the page's reply at once, then clears the conversation once that reply has
+        # ended (the same concurrency group: its last update must not bring the conversation back).
+        for trigger in (chat_reset.click, chatbot.clear):  # the Chatbot's own bin resets it too
+            trigger(stop_quietly, None, None, queue=False).then(
+                clear_chat,
+                None,
+                [chatbot, conversation, chat_status],
+                concurrency_limit=1,
+                concurrency_id="chat",
+                show_progress="hidden",
+            )
     return app
 
 
-__all__ = ["CSS", "build_app", "error_line"]
+def chat_status_line(reply: Reply) -> str:
+    """How a reply ended, in one line: its tokens, why it ended, its seed, what the model read."""
+    if reply.stopped:
+        how = "stopped"
+    elif reply.ended:
+        how = "done"
+    else:
+        how = "reply limit reached"
+    line = f"{how}: {reply.new_tokens} tokens (seed {reply.seed})"
+    if reply.dropped_messages:
+        line += f"; the model read the latest turns only ({reply.dropped_messages} earlier messages outgrew its context)"
+    return line
+
+
+__all__ = ["CSS", "build_app", "chat_status_line", "error_line"]
