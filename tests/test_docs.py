@@ -70,7 +70,6 @@ RUN = (
 )
 # Python snippets only compiled, by a line they contain, and why.
 PYTHON_COMPILE_ONLY = {
-    'resolve_model("runs/shakespeare-chat")': "needs the chat run that docs/chat.md trains",
     "api.upload_folder(": "uploads to the real hub: the network and a login",
     "callbacks=[my_callback]": "a fragment: my_callback is the reader's own",
     "SFTTrainer(model=model": "TRL's own training run: tests/test_chat_trl.py runs SFTTrainer on a tiny model",

@@ -164,10 +164,12 @@ def prepare_generation(
             f"prompt ({input_ids.shape[1]} tokens) + max_new_tokens ({generation_config.max_new_tokens}) "
             f"exceeds the model's context of {context} tokens"
         )
-    # As one total length: the model's generation config sets max_length (its context), and
-    # transformers warns at every call that also sets max_new_tokens.
-    generation_config.max_length = input_ids.shape[1] + generation_config.max_new_tokens
-    generation_config.max_new_tokens = None
+    # generate() fills the settings left None from the model's generation config, and warns at every
+    # call that sets max_new_tokens when that config sets max_length: the length goes the way the
+    # model's config bounds it (a training run's: max_length, its context; a stock export's: max_new_tokens).
+    if model.generation_config.max_new_tokens is None:
+        generation_config.max_length = input_ids.shape[1] + generation_config.max_new_tokens
+        generation_config.max_new_tokens = None
     generation_config.update(**decoding_options(settings.decoding))
     if generation_config.pad_token_id is None:
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -192,6 +194,13 @@ def seeded_eval_mode(model, seed: int) -> Iterator[None]:
             model.train(was_training)
 
 
+def total_length(input_ids: torch.Tensor, generation_config: GenerationConfig) -> int:
+    """Prompt + new tokens, however `prepare_generation` set the length."""
+    if generation_config.max_new_tokens is not None:
+        return input_ids.shape[1] + generation_config.max_new_tokens
+    return generation_config.max_length
+
+
 def sample_once(
     model, input_ids: torch.Tensor, generation_config: GenerationConfig, decoding: str, seed: int, streamer=None
 ) -> torch.Tensor:
@@ -203,7 +212,7 @@ def sample_once(
             attention_mask=torch.ones_like(input_ids),
             generation_config=generation_config,
             streamer=streamer,
-            cache=decoding_cache(model, decoding, generation_config.max_length),
+            cache=decoding_cache(model, decoding, total_length(input_ids, generation_config)),
         )
 
 
