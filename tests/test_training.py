@@ -201,8 +201,10 @@ def test_accumulation_2_x_batch_4_equals_batch_8(tmp_path, tokenizer_dir, monkey
         *optimizer,
     )
     assert len(batch_8) == len(accumulated) == 6
+    # fp32 sums two micro-batches in another order than one batch: the curves start ~1e-7 apart and
+    # the optimizer grows that to ~1e-5 by step 6 (the chat tokens' tokenizer showed 1.1e-5).
     for step, (a, b) in enumerate(zip(batch_8, accumulated, strict=True), start=1):
-        assert a == pytest.approx(b, rel=1e-5), f"step {step}: {a} vs {b}"
+        assert a == pytest.approx(b, rel=5e-5), f"step {step}: {a} vs {b}"
     assert batch_8[-1] < batch_8[0]  # the steps did update the model
 
 
