@@ -24,6 +24,7 @@ class ChatReplies:
     def __init__(self, generator: TextGenerator) -> None:
         self.generator = generator
         self._replying: dict[str, ChatSession] = {}  # page id -> the session answering it
+        self._resets: dict[str, int] = {}  # page id -> how many times its conversation was reset
         self._lock = threading.Lock()
 
     def stream(
@@ -66,6 +67,18 @@ class ChatReplies:
                 with self._lock:
                     self._replying.pop(page, None)
             yield session.messages, session.last_reply
+
+    def resets(self, page: str) -> int:
+        """How many times `page`'s conversation was reset: a reply started before the last reset
+        must not show its text any more (its updates may reach the page after the reset's)."""
+        with self._lock:
+            return self._resets.get(page, 0)
+
+    def reset(self, page: str) -> None:
+        """Count a reset of `page`'s conversation and end its reply at the next token."""
+        with self._lock:
+            self._resets[page] = self._resets.get(page, 0) + 1
+        self.stop(page)
 
     def stop(self, page: str) -> bool:
         """End `page`'s reply at its next token; False when it has none in progress."""

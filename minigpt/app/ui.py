@@ -394,10 +394,12 @@ def build_app(
                 seed=None if seed_value is None or seed_value < 0 else int(seed_value),
             )
             asked = [*messages, {"role": "user", "content": text}]
+            page = request.session_hash or ""
+            resets = chat.resets(page)  # a Reset after this point: the reply shows nothing more
             yield asked, messages, "", f"loading {model_name} ..."
             try:
                 replies = chat.stream(
-                    request.session_hash or "",
+                    page,
                     model_name,
                     messages,
                     text,
@@ -407,6 +409,9 @@ def build_app(
                     hub_text,
                 )
                 for shown, reply in replies:
+                    if chat.resets(page) != resets:  # reset while replying: the page is cleared
+                        yield gr.skip(), gr.skip(), gr.skip(), gr.skip()
+                        continue  # the stopped reply ends at its next token
                     if reply is None:
                         yield shown, messages, "", "replying ... (Stop ends the reply)"
                     else:
@@ -437,16 +442,17 @@ def build_app(
 
         chat_stop.click(stop_reply, None, chat_status, queue=False, show_progress="hidden")
 
-        def stop_quietly(request: gr.Request) -> None:
-            chat.stop(request.session_hash or "")
+        def reset_quietly(request: gr.Request) -> None:
+            chat.reset(request.session_hash or "")
 
         def clear_chat() -> tuple[Any, ...]:
             return [], [], "the conversation is reset"
 
-        # Reset stops the page's reply at once, then clears the conversation once that reply has
-        # ended (the same concurrency group: its last update must not bring the conversation back).
+        # Reset stops the page's reply at once and counts a reset, so that reply sends no more
+        # text (under load its updates could reach the page after the clearing), then clears the
+        # conversation once that reply has ended (the same concurrency group).
         for trigger in (chat_reset.click, chatbot.clear):  # the Chatbot's own bin resets it too
-            trigger(stop_quietly, None, None, queue=False).then(
+            trigger(reset_quietly, None, None, queue=False).then(
                 clear_chat,
                 None,
                 [chatbot, conversation, chat_status],
