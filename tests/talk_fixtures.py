@@ -8,40 +8,18 @@ from pathlib import Path
 import torch
 from conftest import SHAKESPEARE, tiny_model
 
-CHAT_SPECIALS = [
-    "<|endoftext|>",
-    "<|pad|>",
-    "<|im_start|>",
-    "<|im_end|>",
-]  # ids 0..3, as MiniGPT's tokenizers
+CHAT_SPECIALS = ("<|endoftext|>", "<|pad|>", "<|im_start|>", "<|im_end|>")  # ids 0..3 of MiniGPT's tokenizers
 
 
 def build_chat_tokenizer(vocab_size: int = 300):
-    """A byte-level BPE on 20 KB of Tiny Shakespeare with the role tokens and the chat template."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    """The project's own byte-level BPE (role tokens and chat template included) on 20 KB of Tiny
+    Shakespeare."""
+    from minigpt.data.settings import TokenizerSettings
+    from minigpt.data.tokenizer import train_tokenizer
 
-    from minigpt.data.chat_template import CHAT_TEMPLATE
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=CHAT_SPECIALS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(SHAKESPEARE.read_text()[:20_000].split("\n\n"), trainer=trainer)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        eos_token="<|endoftext|>",
-        bos_token="<|endoftext|>",
-        pad_token="<|pad|>",
-        extra_special_tokens=CHAT_SPECIALS[2:],
-        clean_up_tokenization_spaces=False,
-    )
-    tokenizer.chat_template = CHAT_TEMPLATE
+    settings = TokenizerSettings(vocab_size=vocab_size, show_progress=False)
+    tokenizer = train_tokenizer(SHAKESPEARE.read_text()[:20_000].split("\n\n"), settings)
+    assert tokenizer.convert_ids_to_tokens(list(range(len(CHAT_SPECIALS)))) == list(CHAT_SPECIALS)
     return tokenizer
 
 

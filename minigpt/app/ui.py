@@ -140,62 +140,25 @@ def build_app(
                 )
 
         with gr.Tab("Generate"):
-            with gr.Row():
-                model = gr.Dropdown(
-                    models_list(),
-                    value="",
-                    allow_custom_value=True,
-                    label="Model",
-                    info="a run, checkpoint or model folder, or ORG/NAME in the hub folder",
-                    elem_id="model",
-                    scale=3,
-                )
-                revision = gr.Textbox(label="Revision", placeholder="main", elem_id="revision", scale=1)
-                hub_dir = gr.Textbox(
-                    label="Hub folder", placeholder="$HF_HUB_CACHE or ./hub", elem_id="hub-dir", scale=1
-                )
-                refresh = gr.Button("Refresh list", scale=0, elem_id="refresh-models")
+            model, revision, hub_dir, refresh = model_picker(
+                "", "a run, checkpoint or model folder, or ORG/NAME in the hub folder", models_list()
+            )
             prompt = gr.Textbox(label="Prompt", lines=3, placeholder="ROMEO:", elem_id="prompt")
             with gr.Row():
-                max_new_tokens = gr.Number(
-                    0,
-                    label="Max new tokens",
-                    precision=0,
-                    minimum=0,
-                    info="0: as the run's samples",
-                    elem_id="max-new-tokens",
+                max_new_tokens, temperature, top_k, top_p, seed = sampling_numbers(
+                    "", "Max new tokens", "-1: a new random seed"
                 )
-                temperature = gr.Number(
-                    0.8, label="Temperature", minimum=0, step=0.1, info="0: greedy", elem_id="temperature"
-                )
-                top_k = gr.Number(50, label="Top-k", precision=0, minimum=0, info="0: off", elem_id="top-k")
-                top_p = gr.Number(
-                    1.0, label="Top-p", minimum=0, maximum=1, step=0.05, info="1: off", elem_id="top-p"
-                )
-                seed = gr.Number(-1, label="Seed", precision=0, info="-1: a new random seed", elem_id="seed")
             generate = gr.Button("Generate", variant="primary", elem_id="generate")
             generate_message = gr.Markdown(elem_id="generate-message", elem_classes="message")
             output = gr.Textbox(label="Text", lines=10, interactive=False, elem_id="generated")
 
         with gr.Tab("Chat"):
-            with gr.Row():
-                chat_model = gr.Dropdown(
-                    models_list(),
-                    value="",
-                    allow_custom_value=True,
-                    label="Model",
-                    info="a chat model (fine-tuned on conversations): a run, checkpoint or model folder, "
-                    "or ORG/NAME in the hub folder",
-                    elem_id="chat-model",
-                    scale=3,
-                )
-                chat_revision = gr.Textbox(
-                    label="Revision", placeholder="main", elem_id="chat-revision", scale=1
-                )
-                chat_hub_dir = gr.Textbox(
-                    label="Hub folder", placeholder="$HF_HUB_CACHE or ./hub", elem_id="chat-hub-dir", scale=1
-                )
-                chat_refresh = gr.Button("Refresh list", scale=0, elem_id="chat-refresh-models")
+            chat_model, chat_revision, chat_hub_dir, chat_refresh = model_picker(
+                "chat-",
+                "a chat model (fine-tuned on conversations): a run, checkpoint or model folder, "
+                "or ORG/NAME in the hub folder",
+                models_list(),
+            )
             system_prompt = gr.Textbox(
                 label="System prompt",
                 placeholder="who the model is, how it answers (optional)",
@@ -218,36 +181,8 @@ def build_app(
             chat_status = gr.Markdown(elem_id="chat-message", elem_classes="message")
             with gr.Accordion("Sampling", open=False):
                 with gr.Row():
-                    chat_max_new_tokens = gr.Number(
-                        0,
-                        label="Reply limit (tokens)",
-                        precision=0,
-                        minimum=0,
-                        info="0: as the run's samples",
-                        elem_id="chat-max-new-tokens",
-                    )
-                    chat_temperature = gr.Number(
-                        0.8,
-                        label="Temperature",
-                        minimum=0,
-                        step=0.1,
-                        info="0: greedy",
-                        elem_id="chat-temperature",
-                    )
-                    chat_top_k = gr.Number(
-                        50, label="Top-k", precision=0, minimum=0, info="0: off", elem_id="chat-top-k"
-                    )
-                    chat_top_p = gr.Number(
-                        1.0,
-                        label="Top-p",
-                        minimum=0,
-                        maximum=1,
-                        step=0.05,
-                        info="1: off",
-                        elem_id="chat-top-p",
-                    )
-                    chat_seed = gr.Number(
-                        -1, label="Seed", precision=0, info="-1: new random seeds", elem_id="chat-seed"
+                    chat_max_new_tokens, chat_temperature, chat_top_k, chat_top_p, chat_seed = sampling_numbers(
+                        "chat-", "Reply limit (tokens)", "-1: new random seeds"
                     )
             conversation = gr.State(
                 []
@@ -461,6 +396,41 @@ def build_app(
                 show_progress="hidden",
             )
     return app
+
+
+def model_picker(prefix: str, info: str, choices: list[str]) -> tuple[Any, Any, Any, Any]:
+    """A row of model (among `choices`), revision and hub-folder fields and a "Refresh list" button;
+    element ids start with `prefix` (one picker per tab)."""
+    with gr.Row():
+        model = gr.Dropdown(
+            choices,
+            value="",
+            allow_custom_value=True,
+            label="Model",
+            info=info,
+            elem_id=f"{prefix}model",
+            scale=3,
+        )
+        revision = gr.Textbox(label="Revision", placeholder="main", elem_id=f"{prefix}revision", scale=1)
+        hub_dir = gr.Textbox(
+            label="Hub folder", placeholder="$HF_HUB_CACHE or ./hub", elem_id=f"{prefix}hub-dir", scale=1
+        )
+        refresh = gr.Button("Refresh list", scale=0, elem_id=f"{prefix}refresh-models")
+    return model, revision, hub_dir, refresh
+
+
+def sampling_numbers(prefix: str, limit_label: str, seed_info: str) -> tuple[Any, ...]:
+    """The length limit, temperature, top-k, top-p and seed fields (in the current row), with the
+    sampling defaults of scripts/generate.py; element ids start with `prefix`."""
+    return (
+        gr.Number(
+            0, label=limit_label, precision=0, minimum=0, info="0: as the run's samples", elem_id=f"{prefix}max-new-tokens"
+        ),
+        gr.Number(0.8, label="Temperature", minimum=0, step=0.1, info="0: greedy", elem_id=f"{prefix}temperature"),
+        gr.Number(50, label="Top-k", precision=0, minimum=0, info="0: off", elem_id=f"{prefix}top-k"),
+        gr.Number(1.0, label="Top-p", minimum=0, maximum=1, step=0.05, info="1: off", elem_id=f"{prefix}top-p"),
+        gr.Number(-1, label="Seed", precision=0, info=seed_info, elem_id=f"{prefix}seed"),
+    )
 
 
 def chat_status_line(reply: Reply) -> str:

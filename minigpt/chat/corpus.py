@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import datasets
 
 from ..atomic import atomic_output_dir
-from ..data.corpus import PreparedCorpus, SplitStats
+from ..data.corpus import PreparedCorpus, SplitStats, prepared_from_meta
 from ..data.provenance import content_fingerprint
 from ..data.settings import DataSettings, check_block_size
 from ..data.sources import source_files
@@ -114,18 +114,7 @@ def load_chat_corpus(folder: str | Path) -> PreparedCorpus:
     folder = Path(folder)
     meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
     splits = {name: datasets.load_from_disk(str(folder / name)) for name in ("train", "validation")}
-    return PreparedCorpus(
-        train=splits["train"],
-        validation=splits["validation"],
-        train_stats=SplitStats(**meta["stats"]["train"]),
-        validation_stats=SplitStats(**meta["stats"]["validation"]),
-        block_size=meta["block_size"],
-        vocab_size=meta["vocab_size"],
-        eos_token_id=meta["eos_token_id"],
-        tokenizer_fingerprint=meta["tokenizer_fingerprint"],
-        cache_dir=folder,
-        reused=True,
-    )
+    return prepared_from_meta(folder, meta, splits)
 
 
 __all__ = ["load_chat_corpus", "prepare_chat_corpus"]

@@ -247,11 +247,17 @@ def load_prepared(folder: str | Path) -> PreparedCorpus:
             raise DataError(
                 f"{folder}/{name}.arrow has {dataset.num_rows} blocks, {META_FILE} says {stats[name].blocks}"
             )
+    return prepared_from_meta(folder, meta, splits)
+
+
+def prepared_from_meta(folder: Path, meta: dict, splits: dict[str, datasets.Dataset]) -> PreparedCorpus:
+    """A reused `PreparedCorpus` from a cache folder's meta record and its opened train/validation
+    splits (text blocks here, encoded conversations in `minigpt.chat.corpus`)."""
     return PreparedCorpus(
         train=splits["train"],
         validation=splits["validation"],
-        train_stats=stats["train"],
-        validation_stats=stats["validation"],
+        train_stats=SplitStats(**meta["stats"]["train"]),
+        validation_stats=SplitStats(**meta["stats"]["validation"]),
         block_size=meta["block_size"],
         vocab_size=meta["vocab_size"],
         eos_token_id=meta["eos_token_id"],
