@@ -4,12 +4,12 @@ The package is laid out by pipeline stage, each importing only the stages below 
 
     errors, atomic, distributed, cpu_load   leaf helpers every stage may use
     model/       MiniGPTConfig, MiniGPTForCausalLM (the remote-code pair)
-    data/        settings -> sources -> tokenizer -> packing -> corpus -> compatibility
+    data/        settings -> sources -> tokenizer -> packing, conversations -> corpus -> training_data
     export/      stock transformers architectures and GGUF, out and in
     hub/         store -> loading -> model_card, publishing
     generation/  sampling from a model (the CLI, the app and training's samples)
-    chat/        conversations -> encoding, chat_format (role tokens), session (talking to a model)
-    training/    settings -> run_config -> callbacks, checkpoints, base_model -> trainer, assembly -> run (run_training)
+    chat/        chat_format (a model made chat-ready), session, terminal (talking to a model)
+    training/    settings -> run_config -> callbacks, checkpoints, trainer -> run (run_training)
     evaluation   loss, perplexity and bits per byte of a trained model
     app/         the web app on the training API
     benchmarks/  speed and quality against GPT-2 and a plain loop (scripts/benchmark.py)

@@ -52,7 +52,7 @@ from .progress import datasets_progress_bars
 from .training.checkpoints import RESOLVED_CONFIG_NAME
 from .training.run_config import build_section
 from .training.text_scores import IGNORE_INDEX, SCORE_COLUMNS, next_token_scores
-from .training.validation_sample import sample_indices
+from .data.validation_sample import sample_indices
 
 METRIC_PATH = Path(__file__).resolve().parent / "metrics" / "bits_per_byte"
 

@@ -54,10 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     run = load_run_config(args.config, args.overrides)  # exits 2 on any config problem, before anything heavy
     # This process exists for the run: the choices that hold for a whole process are made here. The
-    # OpenMP wait policy before torch loads; glibc keeping freed memory, which cannot be undone.
-    note = choose_wait_policy()
-    if note is not None and is_main_process():
-        print(note, flush=True)
+    # OpenMP wait policy before torch loads (passive on busy cores, where spinning threads make a step
+    # several times slower); glibc keeping freed memory, which cannot be undone.
+    choose_wait_policy()
     if run.hardware.keep_freed_memory:
         keep_freed_memory()
 

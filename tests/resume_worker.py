@@ -1,8 +1,8 @@
 """A tiny self-contained training run for the checkpoint, resume and multi-process tests.
 
-It trains a 2-layer MiniGPT on a synthetic, learnable token dataset with `AtomicCheckpointTrainer`
-exactly as the real CLI does (stop controller, signal handlers, explicit resume path, process
-group teardown), without depending on the tokenizer, data or config modules. Test hooks:
+It trains a 2-layer MiniGPT on a synthetic, learnable token dataset with a plain `Trainer` and the
+run's checkpoint and stop callbacks, exactly as the real CLI does (stop controller, signal handlers,
+complete-checkpoint markers, explicit resume path, process group teardown), without depending on the tokenizer, data or config modules. Test hooks:
 `--kill-at-step N` SIGKILLs the process at the end of step N (before that step's checkpoint);
 `--kill-in-save-at N` SIGKILLs it half way through writing checkpoint N.
 
@@ -21,12 +21,14 @@ import time
 from pathlib import Path
 
 import torch
+import yaml
 from safetensors.torch import save_file
-from transformers import TrainerCallback, TrainingArguments, default_data_collator
+from transformers import Trainer, TrainerCallback, TrainingArguments, default_data_collator
 
 from minigpt import MiniGPTConfig, MiniGPTForCausalLM
 from minigpt.distributed import is_main_process, teardown_distributed
-from minigpt.training.checkpoints import AtomicCheckpointTrainer, find_resume_checkpoint
+from minigpt.training.callbacks import StopTrainingCallback
+from minigpt.training.checkpoints import CompleteCheckpointCallback, find_resume_checkpoint
 from minigpt.training.interrupt import StopController
 from minigpt.training.optimizers import muon_with_adamw
 
@@ -107,8 +109,9 @@ class RequestStopAtStep(TrainerCallback):
             thread.join()
 
 
-class KillInSaveTrainer(AtomicCheckpointTrainer):
-    """Dies after the model and optimizer of checkpoint `kill_in_save_at` are written, before the rest."""
+class KillInSaveTrainer(Trainer):
+    """Dies after the model and optimizer of checkpoint `kill_in_save_at` are written, before the rest
+    (a test hook inside Trainer's save: no public event fires there)."""
 
     kill_in_save_at: int | None = None
 
@@ -173,7 +176,7 @@ def train(options: argparse.Namespace, controller: StopController) -> dict | Non
         logging_steps=options.logging_steps,
         save_strategy="steps",
         save_steps=options.save_steps,
-        save_total_limit=options.save_total_limit,
+        save_total_limit=None,  # CompleteCheckpointCallback rotates, once a checkpoint is complete
         seed=7,
         use_cpu=True,
         disable_tqdm=True,
@@ -192,11 +195,16 @@ def train(options: argparse.Namespace, controller: StopController) -> dict | Non
         attention_dropout=options.dropout,
     )
     pause_ender = None if options.pause_ignores_stop else controller
-    callbacks = [PrintSteps(pause_ender, options.pause_after_step, options.pause, options.pid_dir)]
+    resolved = {"model": config.to_diff_dict(), "data": {"num_samples": options.num_samples}}
+    callbacks = [
+        PrintSteps(pause_ender, options.pause_after_step, options.pause, options.pid_dir),
+        CompleteCheckpointCallback(yaml.safe_dump(resolved, sort_keys=False), options.save_total_limit),
+    ]
     if options.kill_at_step is not None:
         callbacks.append(KillAtStep(options.kill_at_step))
     if options.stop_at_step is not None:
         callbacks.append(RequestStopAtStep(controller, options.stop_at_step))
+    callbacks.append(StopTrainingCallback(controller))  # last: it sees a stop asked at this step
     KillInSaveTrainer.kill_in_save_at = options.kill_in_save_at
     model = MiniGPTForCausalLM(config)
     optimizer = None  # Trainer's own AdamW
@@ -211,8 +219,6 @@ def train(options: argparse.Namespace, controller: StopController) -> dict | Non
         eval_dataset=ProgressionDataset(16) if options.best_is_highest_train_loss else None,
         data_collator=default_data_collator,
         callbacks=callbacks,
-        resolved_config={"model": config.to_diff_dict(), "data": {"num_samples": options.num_samples}},
-        stop_controller=controller,
     )
     checkpoint = find_resume_checkpoint(options.output_dir) if options.resume else None
     trainer.train(resume_from_checkpoint=checkpoint)

@@ -1,4 +1,4 @@
-"""Atomic checkpoints, rotation, resume discovery, compatibility checks and the stop controller.
+"""Complete-checkpoint markers, rotation, resume discovery, compatibility checks and the stop controller.
 
 In-process runs of tests/resume_worker.py (a 2-layer MiniGPT, 12 steps, about a second each).
 """
@@ -18,6 +18,7 @@ import yaml
 from minigpt.errors import ConfigError
 from minigpt.training import interrupt
 from minigpt.training.checkpoints import (
+    COMPLETE_MARKER,
     RESOLVED_CONFIG_NAME,
     check_resume_compatible,
     checkpoint_problems,
@@ -74,10 +75,9 @@ def test_rotation_keeps_the_best_checkpoint_and_records_its_final_path(tmp_path)
         run_worker(output_dir, "--save-total-limit", "1", "--max-steps", "8", "--best-is-highest-train-loss")
         == 0
     )
-    # At the end of training Trainer keeps only the best when save_total_limit is 1.
-    assert sorted(p.name for p in output_dir.iterdir()) == ["checkpoint-4"]
-    state = json.loads((output_dir / "checkpoint-4" / "trainer_state.json").read_text())
-    # Written while checkpoint-4 was still a staging folder: must name the final folder.
+    # save_total_limit=1 keeps the newest complete checkpoint (where a resume starts) and the best.
+    assert sorted(p.name for p in output_dir.iterdir()) == ["checkpoint-4", "checkpoint-8"]
+    state = json.loads((output_dir / "checkpoint-8" / "trainer_state.json").read_text())
     assert state["best_model_checkpoint"] == str(output_dir / "checkpoint-4")
 
 
@@ -109,7 +109,7 @@ def _truncate(path: Path) -> None:
         (lambda c: (c / "rng_state.pth").unlink(), "no rng_state*.pth"),
         (lambda c: (c / "trainer_state.json").unlink(), "trainer_state.json is missing"),
         (lambda c: (c / "trainer_state.json").write_text('{"global_st'), "trainer_state.json is unreadable"),
-        (lambda c: [p.unlink() for p in c.iterdir()], "trainer_state.json is missing"),
+        (lambda c: [p.unlink() for p in c.iterdir() if p.name != COMPLETE_MARKER], "trainer_state.json is missing"),
     ],
     ids=[
         "truncated-weights",
@@ -138,12 +138,14 @@ def test_a_damaged_newest_checkpoint_is_set_aside_for_the_previous_one(run_copy,
 def test_resume_walks_back_over_several_bad_checkpoints_and_removes_unfinished_saves(run_copy, capsys):
     _truncate(run_copy / "checkpoint-12" / "model.safetensors")
     (run_copy / "checkpoint-8" / "rng_state.pth").write_bytes(b"")
-    shutil.copytree(run_copy / "checkpoint-4", run_copy / ".staging-checkpoint-16")  # a killed save
+    shutil.copytree(run_copy / "checkpoint-4", run_copy / "checkpoint-16")  # a killed save: no marker
+    (run_copy / "checkpoint-16" / COMPLETE_MARKER).unlink()
+    assert f"no {COMPLETE_MARKER}: its save did not finish" in checkpoint_problems(run_copy / "checkpoint-16")
 
     assert find_resume_checkpoint(run_copy) == str(run_copy / "checkpoint-4")
 
     out = capsys.readouterr().out
-    assert "removed .staging-checkpoint-16" in out
+    assert "removed checkpoint-16: a checkpoint save that was interrupted" in out
     assert f"resuming from {run_copy / 'checkpoint-4'}" in out
     assert sorted(p.name for p in run_copy.iterdir()) == [
         "checkpoint-4",
@@ -183,18 +185,6 @@ def test_resume_compatibility_compares_model_tokenizer_and_data_only(finished_ru
         check_resume_compatible({**saved, "data": {"num_samples": 50}}, checkpoint)
     with pytest.raises(ConfigError, match=r"tokenizer\.vocab_size is 99 here but '<unset>'"):
         check_resume_compatible({**saved, "tokenizer": {"vocab_size": 99}}, checkpoint)
-
-
-def test_a_checkpoint_of_an_older_minigpt_with_retired_keys_at_their_kept_values_resumes(run_copy):
-    checkpoint = run_copy / "checkpoint-12"
-    saved = yaml.safe_load((checkpoint / RESOLVED_CONFIG_NAME).read_text())
-    old = {**saved, "model": {**saved["model"], "residual_init": "scaled", "final_logit_softcapping": None}}
-    (checkpoint / RESOLVED_CONFIG_NAME).write_text(yaml.safe_dump(old))
-    check_resume_compatible(saved, checkpoint)  # what the model still computes: no difference
-    old["model"]["residual_init"] = "zero"  # a model this code no longer computes
-    (checkpoint / RESOLVED_CONFIG_NAME).write_text(yaml.safe_dump(old))
-    with pytest.raises(ConfigError, match=r"model\.residual_init is '<unset>' here but 'zero' in the checkpoint"):
-        check_resume_compatible(saved, checkpoint)
 
 
 def test_a_checkpoint_without_resolved_config_is_not_checked(run_copy):

@@ -34,7 +34,7 @@ from minigpt.evaluation import (
 )
 from minigpt.hub.loading import load_model, load_tokenizer, resolve_model
 from minigpt.training.trainer import MiniGPTTrainer
-from minigpt.training.validation_sample import validation_sample
+from minigpt.data.validation_sample import validation_sample
 
 EVALUATE = REPO_ROOT / "scripts" / "evaluate.py"
 CONTEXT = 64  # tiny_model's max_position_embeddings

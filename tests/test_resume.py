@@ -103,8 +103,10 @@ def test_kill_during_a_checkpoint_write_keeps_the_previous_one_and_resumes_exact
     process = start_worker(output_dir, subprocess_env, "--kill-in-save-at", "8", "--save-total-limit", "1")
     output = process.communicate(timeout=300)[0]
     assert process.returncode == -signal.SIGKILL, output
-    assert sorted(p.name for p in output_dir.iterdir()) == [".staging-checkpoint-8", "checkpoint-4"]
+    # Trainer writes checkpoint-8 in place; without its marker, resume never loads it.
+    assert sorted(p.name for p in output_dir.iterdir()) == ["checkpoint-4", "checkpoint-8"]
     assert checkpoint_problems(output_dir / "checkpoint-4") == []
+    assert "no checkpoint_complete.json: its save did not finish" in checkpoint_problems(output_dir / "checkpoint-8")
 
     resumed = run_in_process(output_dir, tmp_path / "result", "--resume", "--save-total-limit", "1")
     assert_same_run(reference, resumed, 4)

@@ -14,18 +14,21 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from datasets import Dataset
 from transformers import TrainerCallback
 
+from minigpt.data.training_data import prepare_training_data
 from minigpt.errors import ConfigError
-from minigpt.training.arguments import build_training_arguments
-from minigpt.training.assembly import build_trainer
-from minigpt.training.callbacks import MetricsFileCallback, format_log_line
+from minigpt.training.callbacks import (
+    MetricsFileCallback,
+    ThroughputMeter,
+    flops_per_token,
+    format_log_line,
+    matmul_parameter_count,
+)
 from minigpt.training.interrupt import StopController
-from minigpt.training.new_model import build_model
-from minigpt.training.run import run_training
+from minigpt.training.run import build_model_config, build_trainer, new_model, run_training
 from minigpt.training.run_config import load_run_config
-from minigpt.training.throughput import ThroughputMeter, flops_per_token, matmul_parameter_count
+from minigpt.training.trainer import training_arguments
 
 REPO = Path(__file__).resolve().parent.parent
 SMOKE = REPO / "configs" / "smoke.yaml"
@@ -213,9 +216,9 @@ def tiny_trainer(tmp_path, tokenizer_dir, *overrides):
 
     run = smoke_run(tmp_path, tokenizer_dir, *overrides)
     tokenizer = load_or_train_tokenizer(run.tokenizer, run.data)
-    blocks = Dataset.from_dict({"input_ids": [[1] * 32] * 4, "labels": [[1] * 32] * 4})
-    model = build_model(run, tokenizer)
-    return build_trainer(run, build_training_arguments(run), model, tokenizer, blocks, blocks)
+    data = prepare_training_data(run.data, tokenizer, seed=run.training.seed, eval_tokens=run.training.eval_tokens)
+    model = new_model(build_model_config(run.model, tokenizer), run)
+    return build_trainer(run, training_arguments(run), model, tokenizer, data)
 
 
 def decayed_parameter_names(trainer) -> set[str]:
@@ -385,7 +388,7 @@ def test_flops_per_token_counts_matmuls_and_attention(tmp_path, tokenizer_dir, m
 
 def test_throughput_meter_and_log_line():
     meter = ThroughputMeter(tokens_per_step=1000, flops_per_token=1e6, peak_flops=1e10, num_devices=2)
-    meter._window_seconds, meter._window_steps = 2.0, 4  # 4 steps of 1000 tokens in 2 s
+    meter.window_seconds, meter.window_steps = 2.0, 4  # 4 steps of 1000 tokens in 2 s
     window = meter.take_window()
     assert window == pytest.approx({"tokens_per_second": 2000.0, "mfu": 2000 * 1e6 / 2e10})
     assert meter.take_window() == {}
@@ -419,7 +422,7 @@ def test_a_redone_evaluation_is_dropped_and_later_records_too(tmp_path):
     assert read_jsonl(path) == records[:2]
 
 
-def test_the_progress_bar_follows_the_planned_length_and_a_stop_silences_log_lines(capsys):
+def test_log_lines_go_above_the_progress_bar_and_a_stop_silences_them(capsys):
     from transformers import TrainerControl, TrainerState
 
     from minigpt.training.callbacks import LogLineProgressCallback
@@ -431,11 +434,11 @@ def test_the_progress_bar_follows_the_planned_length_and_a_stop_silences_log_lin
     state.is_world_process_zero = True
     args = type("Args", (), {"disable_tqdm": False})()
     callback.on_train_begin(args, state, TrainerControl())
-    state.global_step, state.max_steps = 25, 1685  # a time budget planned the run at step 25
+    state.global_step = 25
     callback.on_step_end(args, state, TrainerControl())
-    assert callback.training_bar.total == 1685 and callback.training_bar.n == 25
+    assert callback.training_bar.total == 3000 and callback.training_bar.n == 25
     callback.on_log(args, state, TrainerControl(), logs={"loss": 1.0})
-    assert "step 25/1685" in capsys.readouterr().out
+    assert "step 25/3000" in capsys.readouterr().out
     controller.request_stop()
     callback.on_log(args, state, TrainerControl(), logs={"loss": 1.0})
     assert "step 25" not in capsys.readouterr().out
@@ -476,10 +479,10 @@ def test_samples_leave_the_training_rng_and_mode_and_repeat_by_seed(tmp_path, to
 def test_gpu_config_says_clearly_when_the_machine_has_no_gpu():
     run = load_run_config(REPO / "configs" / "gpu.yaml")
     if torch.cuda.is_available():
-        args = build_training_arguments(run)
+        args = training_arguments(run)
         assert args.bf16 and args.torch_compile
     else:
         with pytest.raises(
             ConfigError, match=r"hardware settings do not fit this machine: .*hardware.profile=cpu"
         ):
-            build_training_arguments(run)
+            training_arguments(run)

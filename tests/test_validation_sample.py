@@ -16,7 +16,7 @@ from minigpt.data.tokenizer import load_tokenizer
 from minigpt.training.run import run_training
 from minigpt.training.run_config import load_run_config
 from minigpt.training.trainer import MiniGPTTrainer
-from minigpt.training.validation_sample import sample_indices, validation_sample
+from minigpt.data.validation_sample import sample_indices, validation_sample
 
 
 def test_sample_indices_are_distinct_ascending_and_fixed_by_the_seed():

@@ -21,7 +21,6 @@ from minigpt.training.interrupt import StopController
 from minigpt.training.run_config import load_run_config
 from minigpt.training.run_folder import METRICS_FILE, SAMPLES_FILE, check_resume_target, claim_output_dir
 from minigpt.training.settings import RunConfig
-from minigpt.training.time_budget import planned_end
 
 from .live_state import (
     FAILED,
@@ -110,7 +109,7 @@ class RunManager:
                     raise ConfigError(
                         f"nothing to resume: {output_dir} has no complete checkpoint (press Start)"
                     )
-                check_resume_target(checkpoint, run.training.max_steps, planned_end(checkpoint))
+                check_resume_target(checkpoint, run.training.max_steps)
                 message = f"resuming {output_dir} from {checkpoint}"
             else:
                 if not run.training.overwrite_output_dir:  # raises if another run is there; removes nothing

@@ -17,8 +17,7 @@ import torch
 from ..data.corpus import PreparedCorpus, prepare_corpus
 from ..data.tokenizer import load_or_train_tokenizer
 from ..training.hardware import training_dtype
-from ..training.new_model import build_model
-from ..training.run import run_training
+from ..training.run import build_model_config, new_model, run_training
 from ..training.settings import RunConfig
 from .gpt2_twin import gpt2_twin_config
 
@@ -78,7 +77,7 @@ def plain_loop(run: RunConfig) -> Train:
 
     def train(steps: int) -> None:
         torch.manual_seed(t.seed)
-        model = build_model(run, tokenizer).train()
+        model = new_model(build_model_config(run.model, tokenizer), run).train()
         embeddings = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
         params = list(model.parameters())
         decay = [p for p in params if p.dim() >= 2 and id(p) not in embeddings]

@@ -78,9 +78,6 @@ class TrainingBenchmark:
             f"training.output_dir={self.workdir / 'training-path'}",
             "training.overwrite_output_dir=true",
             f"training.sample_max_new_tokens={max(1, self.context // 4)}",
-            # Dropout throughout, as the plain loop and GPT-2 run it: a late start would spare only the
-            # training path the dropout the others pay in these few steps.
-            "training.dropout_start_epoch=0",
             *self.extra_overrides,
         ]
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..data.chat_template import CHAT_TEMPLATE, CHAT_TOKENS, IM_END, stop_token_ids
+from ..data.chat_template import IM_END, add_chat_tokens, stop_token_ids
 
 
 def make_chat_ready(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> str | None:
@@ -22,31 +22,15 @@ def make_chat_ready(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) 
     done, or None when they had it all.
 
     - the tokens of `CHAT_TOKENS` the tokenizer lacks are added as special tokens (new ids after its
-      vocabulary), and the model's embeddings grow to hold them when they do not already (tied head:
-      the head grows with them); the new tokens' rows (input and an untied head's) are set to the
-      mean of the rows of the tokenizer's existing tokens;
-    - `CHAT_TEMPLATE` becomes the tokenizer's chat template when it has none;
+      vocabulary) with `CHAT_TEMPLATE` where it has no template (`add_chat_tokens`), and the model
+      gets embedding rows for them (`fit_embeddings`);
     - the model's generation config stops at `<|im_end|>` as well as at the end of text.
     """
-    done = []
-    before = len(tokenizer)
-    missing = [token for token in CHAT_TOKENS if token not in tokenizer.get_vocab()]
-    if missing:
-        tokenizer.add_special_tokens({"extra_special_tokens": missing}, replace_extra_special_tokens=False)
-        rows = model.get_input_embeddings().weight.shape[0]
-        resized = len(tokenizer) > rows
-        if resized:
-            model.resize_token_embeddings(len(tokenizer), mean_resizing=False)  # rows set just below
-        _mean_rows(model, range(before, len(tokenizer)), trained=before)
-        where = "embeddings resized" if resized else f"in the model's {rows} embedding rows"
-        done.append(
-            f"the base's tokenizer had no chat tokens: added {', '.join(missing)} "
-            f"(vocab {before} -> {len(tokenizer)}), {where}"
-        )
-    if not tokenizer.chat_template:
-        tokenizer.chat_template = CHAT_TEMPLATE
-        if not missing:
-            done.append("the base's tokenizer had no chat template: installed ChatML's")
+    note, added = add_chat_tokens(tokenizer)
+    done = [note] if note else []
+    rows = fit_embeddings(model, tokenizer, added)
+    if rows:
+        done.append(rows)
     stops = stop_token_ids(tokenizer)
     current = model.generation_config.eos_token_id
     current = [current] if isinstance(current, int) else list(current or [])
@@ -58,15 +42,24 @@ def make_chat_ready(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) 
 
 
 @torch.no_grad()
-def _mean_rows(model: PreTrainedModel, new_ids: range, trained: int) -> None:
-    """Set the rows `new_ids` of the input embedding (and of an untied head) to the mean of rows
-    0..trained-1, the tokens the tokenizer had: (V, C) -> rows of (C,)."""
+def fit_embeddings(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, added_ids: list[int]) -> str | None:
+    """Rows for the tokens `added_ids` a trained model has never seen: its embeddings grow to
+    `len(tokenizer)` when they are smaller (a tied head grows with them), and the new tokens' rows
+    (input and an untied head's) start at the mean of the trained rows. The line saying so, or None."""
+    if not added_ids:
+        return None
+    rows = model.get_input_embeddings().weight.shape[0]
+    resized = len(tokenizer) > rows
+    if resized:
+        model.resize_token_embeddings(len(tokenizer), mean_resizing=False)  # rows set just below
+    trained = min(added_ids)  # the ids before the first added one were trained
     matrices = [model.get_input_embeddings().weight]
     head = model.get_output_embeddings()
     if head is not None and head.weight.data_ptr() != matrices[0].data_ptr():  # untied
         matrices.append(head.weight)
     for weight in matrices:
-        weight[new_ids.start : new_ids.stop] = weight[:trained].mean(dim=0)  # (C,) broadcast
+        weight[added_ids] = weight[:trained].mean(dim=0)  # (C,) broadcast over the new rows
+    return "embeddings resized for the new tokens" if resized else f"new tokens in the model's {rows} embedding rows"
 
 
-__all__ = ["make_chat_ready"]
+__all__ = ["fit_embeddings", "make_chat_ready"]

@@ -64,3 +64,22 @@ def stop_token_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
     (a chat reply ends there; a base model's text at the end of text)."""
     ids = [tokenizer.eos_token_id, end_of_turn_id(tokenizer)]
     return list(dict.fromkeys(i for i in ids if i is not None))
+
+
+def add_chat_tokens(tokenizer: PreTrainedTokenizerBase) -> tuple[str | None, list[int]]:
+    """Give `tokenizer` ChatML's role tokens (special tokens after its vocabulary, as TRL's
+    `setup_chat_format` does) and `CHAT_TEMPLATE`, in place, where it lacks them. Returns the one
+    line saying what was added (None: nothing) and the ids of the tokens added. Tokenizers MiniGPT
+    trains carry both already; a model trained without them needs embedding rows for the new ids
+    (`minigpt.chat.chat_format.fit_embeddings`)."""
+    before = len(tokenizer)
+    missing = [token for token in CHAT_TOKENS if token not in tokenizer.get_vocab()]
+    done = []
+    if missing:
+        tokenizer.add_special_tokens({"extra_special_tokens": missing}, replace_extra_special_tokens=False)
+        done.append(f"the tokenizer had no chat tokens: added {', '.join(missing)} (vocab {before} -> {len(tokenizer)})")
+    if not tokenizer.chat_template:
+        tokenizer.chat_template = CHAT_TEMPLATE
+        if not missing:
+            done.append("the tokenizer had no chat template: installed ChatML's")
+    return "; ".join(done) or None, tokenizer.convert_tokens_to_ids(missing) if missing else []

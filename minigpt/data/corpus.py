@@ -252,7 +252,7 @@ def load_prepared(folder: str | Path) -> PreparedCorpus:
 
 def prepared_from_meta(folder: Path, meta: dict, splits: dict[str, datasets.Dataset]) -> PreparedCorpus:
     """A reused `PreparedCorpus` from a cache folder's meta record and its opened train/validation
-    splits (text blocks here, encoded conversations in `minigpt.chat.corpus`)."""
+    splits (text blocks here, encoded conversations in `minigpt.data.chat_corpus`)."""
     return PreparedCorpus(
         train=splits["train"],
         validation=splits["validation"],

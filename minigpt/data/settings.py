@@ -49,6 +49,11 @@ class DataSettings:
     max_invalid_utf8_fraction: float = 0.001  # tolerated share of undecodable/NUL characters per file
     show_progress: bool = True  # show progress bars
 
+    @property
+    def needs_trained_model(self) -> bool:
+        """Conversations (`format: chat`) fine-tune a model that already writes text (docs/chat.md)."""
+        return self.format == "chat"
+
     def validate(self) -> None:
         """Raise `ConfigError` naming the field for impossible values."""
         if self.format not in FORMATS:

@@ -444,6 +444,10 @@ class MiniGPTForCausalLM(MiniGPTPreTrainedModel, GenerationMixin):
         self.transformer = MiniGPTModel(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
+        if config.tie_word_embeddings:
+            # The tied head is never saved (the embedding is): Trainer's resume, which loads weights
+            # with strict=False, ties it again instead of warning that it is missing.
+            self._keys_to_ignore_on_save.add("lm_head.weight")
 
     def generate(self, *args: Any, **kwargs: Any) -> Any:
         """`GenerationMixin.generate`; `max_new_tokens` replaces the saved `max_length` silently.

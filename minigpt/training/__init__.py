@@ -1,12 +1,10 @@
-"""The training stage: run config, Trainer and `run_training`, checkpoints, callbacks.
+"""The training stage: a run config, `transformers.Trainer` through its public API, `run_training`.
 
-Bottom to top: `settings` (typed sections) -> `run_config` (YAML, overrides, checks; no torch)
--> `interrupt` (StopController) -> `throughput`, `plotting` -> `callbacks` -> `fsdp` (FSDP2 on CPU
-processes, sharded models saved whole) -> `checkpoints` (atomic checkpoints, exact resume) ->
-`trainer` (the Trainer subclass) -> `arguments` (settings -> TrainingArguments), `new_model` (fresh
-models), `parameter_layout` (what each process holds), `assembly` (the run's Trainer and its
-callbacks), `run_start` (new, resumed or from a base model), `shared_folder` (several machines, one
-run folder), `final_model`, `memory_estimate` (a device's memory, from the config), `summary` ->
-`run` (`run_training`).
+A training step reads in three files: `run.py` (`run_training`: start, data, model, Trainer,
+finish), `trainer.py` (`training_arguments` and `MiniGPTTrainer`'s public overrides) and
+`callbacks.py` (timing, logs, samples, stops). Beside them: `settings` and `run_config` (the YAML,
+no torch), `checkpoints` (complete-checkpoint markers, rotation, resume), `base_model`
+(`model.init_from`), `hardware`, `interrupt` (StopController), `optimizers` (Muon), `fsdp`,
+`peak_flops`, `memory_estimate`, `summary`, `plotting`, `run_folder`, `shared_folder`, `text_scores`.
 `data_cli` holds the options shared by the data scripts.
 """

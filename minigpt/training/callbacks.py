@@ -1,7 +1,12 @@
-"""TrainerCallbacks of a MiniGPT run: readable log lines, metrics.jsonl, text samples, step timing.
+"""TrainerCallbacks of a MiniGPT run: step timing and throughput, readable log lines, metrics.jsonl,
+text samples, a stop on request or at a time, each epoch's block offset, what each process holds.
 
 Each is a plain `transformers.TrainerCallback`, so a UI can watch a run the same way: pass your
 own callbacks to `run_training(..., callbacks=[...])` and read `logs` in `on_log`.
+
+Throughput is measured here because Trainer reports samples/s for the whole run only, and its
+`total_flos` (6 x parameters x tokens) leaves out attention, which matters at small widths and
+long contexts. MFU divides by a device's peak FLOP/s (`peak_flops.py`).
 """
 
 from __future__ import annotations
@@ -9,12 +14,17 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch import nn
 from torch.distributed.fsdp import FSDPModule
+from torch.distributed.tensor import DTensor
 from tqdm.auto import tqdm
 from transformers import (
     PreTrainedTokenizerBase,
@@ -26,10 +36,66 @@ from transformers import (
 from transformers.trainer_callback import ProgressCallback
 
 from ..atomic import atomic_write_file
-from ..data.training_blocks import TrainingBlocks
 from ..generation import SamplingSettings, generate_samples
 from .interrupt import StopController
-from .throughput import ThroughputMeter
+
+
+def matmul_parameter_count(model: nn.Module, config: Any) -> int:
+    """Parameters that take part in a matmul per token: all but the embedding lookups, plus the head.
+
+    Token and position embeddings are table lookups (no FLOPs); the output head is a
+    (hidden x vocab) matmul even when it shares its weight with the token embedding.
+    """
+    embedding_params = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Embedding))
+    total = sum(p.numel() for p in model.parameters())  # tied weights counted once
+    return total - embedding_params + config.vocab_size * config.hidden_size
+
+
+def flops_per_token(model: nn.Module, config: Any, seq_len: int) -> float:
+    """Training FLOPs per token (forward + backward): 6N + 12 L C T (PaLM, Chowdhery et al. 2022, App. B).
+
+    6N: two FLOPs per multiply-add, forward once and backward twice over N matmul parameters.
+    12 L C T: attention scores (QK^T) and the weighted sum (AV), each 2 C T per token and layer
+    forward, times 3 for forward + backward, over the full T x T matrix as kernels compute it.
+    """
+    n = matmul_parameter_count(model, config)
+    attention = 12 * config.num_hidden_layers * config.hidden_size * seq_len
+    return 6.0 * n + attention
+
+
+class ThroughputMeter:
+    """Tokens/s and MFU over the optimizer steps between two log lines.
+
+    Only time inside optimizer steps counts (start_step/end_step), so evaluation, sampling and
+    checkpointing between steps do not make training look slower than it is.
+    """
+
+    def __init__(self, tokens_per_step: int, flops_per_token: float, peak_flops: float, num_devices: int):
+        self.tokens_per_step = tokens_per_step  # across all processes
+        self.flops_per_token = flops_per_token
+        self.peak_flops = peak_flops  # of one device
+        self.num_devices = num_devices
+        self.step_started: float | None = None
+        self.window_seconds = 0.0
+        self.window_steps = 0
+
+    def start_step(self) -> None:
+        self.step_started = time.perf_counter()
+
+    def end_step(self) -> None:
+        if self.step_started is not None:
+            self.window_seconds += time.perf_counter() - self.step_started
+            self.window_steps += 1
+            self.step_started = None
+
+    def take_window(self) -> dict[str, float]:
+        """{"tokens_per_second", "mfu"} over the steps since the last call (empty if none); resets."""
+        if self.window_steps == 0 or self.window_seconds <= 0:
+            return {}
+        tokens_per_second = self.window_steps * self.tokens_per_step / self.window_seconds
+        achieved = tokens_per_second * self.flops_per_token / self.num_devices  # FLOP/s per device
+        self.window_seconds, self.window_steps = 0.0, 0
+        return {"tokens_per_second": tokens_per_second, "mfu": achieved / self.peak_flops}
 
 
 class StepTimerCallback(TrainerCallback):
@@ -47,19 +113,91 @@ class StepTimerCallback(TrainerCallback):
         self.meter.end_step()
 
 
-class EpochOffsetCallback(TrainerCallback):
-    """Moves shifted `TrainingBlocks` to each epoch's offset as the epoch begins, in every process.
+class EpochCallback(TrainerCallback):
+    """Tells the training data each epoch as it begins, in every process (`TrainingData.start_epoch`:
+    shifted blocks move to that epoch's offset).
 
     The epoch comes from the Trainer's state: `state.epoch` is a whole number at an epoch's start
     and the resumed fraction (epochs trained + part) on resume. (Accelerate's `set_epoch` reaches
     a dataset only when no sampler in between takes it, so not under several processes.)
     """
 
-    def __init__(self, dataset: TrainingBlocks) -> None:
-        self.dataset = dataset
+    def __init__(self, start_epoch: Callable[[int], None]) -> None:
+        self.start_epoch = start_epoch
 
     def on_epoch_begin(self, args, state, control, **kwargs) -> None:
-        self.dataset.start_epoch(math.floor((state.epoch or 0.0) + 1e-9))
+        self.start_epoch(math.floor((state.epoch or 0.0) + 1e-9))
+
+
+class MaxTimeCallback(TrainerCallback):
+    """`training.max_time`: the run saves and ends at the first step past that many seconds of
+    training (this `train()` call's). The schedule stays planned for max_steps, so a run this
+    stops has not decayed its learning rate: for a finished schedule, set max_steps instead.
+    At the first log line it says, once, when the steps that fit are fewer than the warmup.
+    """
+
+    def __init__(self, max_time: float, warmup_steps: int, say: bool) -> None:
+        self.max_time, self.warmup_steps, self.say = max_time, warmup_steps, say
+        self.started: float | None = None
+        self.first_step = 0
+        self.estimated = False
+
+    def on_train_begin(self, args, state, control, **kwargs) -> None:
+        self.started, self.first_step = time.perf_counter(), state.global_step
+
+    def on_step_end(self, args, state, control, **kwargs) -> None:
+        elapsed = time.perf_counter() - (self.started or time.perf_counter())
+        steps = state.global_step - self.first_step
+        if not self.estimated and steps >= args.logging_steps and elapsed > 0:
+            self.estimated = True
+            fit = int(self.first_step + steps * self.max_time / elapsed)
+            if fit < min(self.warmup_steps, state.max_steps) and self.say:
+                print(
+                    f"training.max_time={self.max_time:g} fits about {fit} steps, fewer than "
+                    f"training.warmup_steps={self.warmup_steps}: the learning rate never reaches its peak",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        if elapsed >= self.max_time:
+            control.should_training_stop = True
+            control.should_save = True
+
+
+class ParameterLayoutCallback(TrainerCallback):
+    """Says on the main process, when training starts, what each process holds of the model: a
+    whole copy (DDP) or a shard (FSDP2), which nothing else a run prints tells apart."""
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs) -> None:
+        if args.world_size == 1 or model is None:
+            return
+        held, total, sharded = held_parameters(model)
+        everyone: list[tuple[int, bool] | None] = [None] * args.world_size
+        dist.all_gather_object(everyone, (held, sharded))  # every process takes part
+        if state.is_world_process_zero:
+            counts = [count for count, _ in everyone]
+            print(describe_layout(counts, total, any(s for _, s in everyone)), flush=True)
+
+
+def held_parameters(model: nn.Module) -> tuple[int, int, bool]:
+    """(parameters this process holds, parameters of the whole model, whether any is sharded)."""
+    held = total = 0
+    sharded = False
+    for param in model.parameters():  # a tied weight once
+        if isinstance(param, DTensor):  # FSDP2's: a process holds `to_local()`
+            held += param.to_local().numel()
+            sharded = sharded or any(placement.is_shard() for placement in param.placements)
+        else:
+            held += param.numel()
+        total += param.numel()  # a DTensor's numel is the whole parameter's
+    return held, total, sharded
+
+
+def describe_layout(held: list[int], total: int, sharded: bool) -> str:
+    """The run's line: `held` = the parameters each process holds, by process index."""
+    if sharded:
+        shares = " + ".join(f"{count:,}" for count in held)
+        return f"parameters: sharded over {len(held)} processes (FSDP2): {shares} of {total:,}, one shard on each"
+    return f"parameters: a whole copy on each of {len(held)} processes ({total:,} each)"
 
 
 def format_log_line(logs: dict[str, Any], step: int, max_steps: int) -> str | None:
@@ -100,7 +238,6 @@ def format_count(n: float) -> str:
 class LogLineProgressCallback(ProgressCallback):
     """Trainer's progress bar, with each log record written above it as one readable line.
 
-    The bar's length follows `state.max_steps`, which a time budget moves when it plans the run.
     Once a stop is requested (Ctrl-C), no more lines are printed: the stop's own line is the last
     (the records still go to metrics.jsonl).
     """
@@ -108,12 +245,6 @@ class LogLineProgressCallback(ProgressCallback):
     def __init__(self, stop_controller: StopController | None = None) -> None:
         super().__init__()
         self.stop_controller = stop_controller
-
-    def on_step_end(self, args, state, control, **kwargs) -> None:
-        if self.training_bar is not None and self.training_bar.total != state.max_steps:
-            self.training_bar.total = state.max_steps
-            self.training_bar.refresh()
-        super().on_step_end(args, state, control, **kwargs)
 
     def on_log(self, args, state, control, logs=None, **kwargs) -> None:
         if not state.is_world_process_zero or logs is None:
@@ -271,13 +402,6 @@ class SampleTextCallback(TrainerCallback):
         return texts
 
 
-__all__ = [
-    "LogLineProgressCallback",
-    "MetricsFileCallback",
-    "SampleTextCallback",
-    "StepTimerCallback",
-    "format_log_line",
-]
 
 
 class StopTrainingCallback(TrainerCallback):
@@ -308,3 +432,18 @@ class StopTrainingCallback(TrainerCallback):
         flags = torch.tensor([int(requested), signum], dtype=torch.int64, device=args.device)
         dist.all_reduce(flags, op=dist.ReduceOp.MAX)  # (2,): any process asked, and its signal
         return bool(flags[0].item()), int(flags[1].item())
+
+
+__all__ = [
+    "EpochCallback",
+    "LogLineProgressCallback",
+    "MaxTimeCallback",
+    "MetricsFileCallback",
+    "ParameterLayoutCallback",
+    "SampleTextCallback",
+    "StepTimerCallback",
+    "StopTrainingCallback",
+    "ThroughputMeter",
+    "flops_per_token",
+    "format_log_line",
+]

@@ -1,22 +1,19 @@
-"""Checkpoints that appear whole or not at all, and resume that only ever loads a complete one.
+"""Checkpoints that resume trusts only once they are complete, through Trainer's public hooks.
 
-Trainer writes `checkpoint-N` in place and its `resume_from_checkpoint=True` takes the highest
-folder, finished or not: a kill during a save leaves a partial folder that resume then picks.
-Here every checkpoint is written into a staging folder `output_dir/.staging-checkpoint-N`, every
-process waits for the others (each writes its own `rng_state_<rank>.pth`), and the main process
-renames it to `checkpoint-N` in one `os.replace`.
-Older checkpoints are rotated only after that rename, so a kill at any instant leaves every
-earlier checkpoint intact. At resume, `find_resume_checkpoint` walks checkpoints newest first,
-sets aside any that is incomplete or unreadable, and returns the path to pass to
-`trainer.train(resume_from_checkpoint=path)`.
+Trainer writes `checkpoint-N` in place, and its own `resume_from_checkpoint=True` takes the highest
+folder, finished or not: a kill during a save leaves a partial folder that it would pick. Here
+Trainer saves as it always does, with its own rotation off (`save_total_limit=None` in
+`TrainingArguments`, so it deletes nothing); then `CompleteCheckpointCallback.on_save`, once every
+process has written its files, flushes them to disk and the main process writes
+`checkpoint-N/checkpoint_complete.json` (every file and its size) atomically. A folder without
+that marker is a save that never finished: resume never loads it. Only after the marker are older
+checkpoints rotated (`training.save_total_limit`, the newest and the best kept), so a kill at any
+instant leaves the previous complete checkpoint whole.
 
-Trainer itself restores model, optimizer, scheduler, grad scaler, RNG states and the data
-position; resuming from a checkpoint written here ends bit-identical to an uninterrupted run.
-
-Trainer has no public way to write a checkpoint elsewhere first (a callback's `on_save` runs once
-the files are in place), so `AtomicCheckpointTrainer` overrides private Trainer methods and calls
-its private save steps. setup.cfg pins transformers to the minor version they were written for;
-tests/test_transformers_contract.py fails, naming the method, when one of them changes.
+At resume, `find_resume_checkpoint` walks the checkpoints newest first, removes unfinished saves,
+sets aside any complete one that was damaged since, and returns the path to pass to
+`trainer.train(resume_from_checkpoint=path)`. Trainer restores model, optimizer, scheduler,
+grad scaler, RNG states and the data position: the run ends bit-identical to an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -34,25 +31,19 @@ import torch.distributed as dist
 import yaml
 from safetensors import safe_open
 from torch.distributed.checkpoint import FileSystemReader
-from transformers import Trainer
-from transformers.trainer_callback import ExportableState, TrainerState
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, SaveStrategy, rotate_checkpoints
+from transformers import TrainerCallback
 
-from ..atomic import fsync_dir, replace_dir
+from ..atomic import atomic_write_file, fsync_dir
 from ..distributed import is_main_process
 from ..errors import ConfigError
-from ..progress import transformers_progress_bars
-from .callbacks import StopTrainingCallback
-from .fsdp import own_class, shard_on_cpu, without_tied_copies
-from .interrupt import StopController
 from .run_folder import (
     RESOLVED_CONFIG_NAME,
     SET_ASIDE_PREFIX,
-    STAGING_PREFIX,
     checkpoint_step,
     list_checkpoints,
 )
 
+COMPLETE_MARKER = "checkpoint_complete.json"  # written last: the checkpoint's files and their sizes
 TRAINER_STATE_NAME = "trainer_state.json"
 WEIGHTS_NAME = "model.safetensors"
 WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
@@ -64,172 +55,81 @@ FSDP_OPTIMIZER_NAME = "optimizer.bin"  # accelerate's FSDP optimizer state (full
 COMPARED_SECTIONS = ("model", "tokenizer", "data")  # run-config sections a resume must not change
 # Keys of those sections that change how the data is prepared or shown, never what it is.
 RESUME_MAY_DIFFER = ("tokenizer.show_progress", "data.show_progress", "data.num_proc", "data.cache_dir")
-# Keys a checkpoint of an older MiniGPT may hold that no longer exist, at the value the code keeps
-# computing: a checkpoint holding them at these values resumes as if they were absent.
-RETIRED_KEYS = {"model.residual_init": "scaled", "model.final_logit_softcapping": None}
 
 
-class AtomicCheckpointTrainer(Trainer):
-    """A `Trainer` whose checkpoints appear atomically and carry the resolved run config.
+class CompleteCheckpointCallback(TrainerCallback):
+    """Marks each checkpoint complete once Trainer has written it, then rotates older ones.
 
-    Args beyond `Trainer`'s:
-        resolved_config: the run config (a plain mapping, or YAML text) written as
-            `resolved_config.yaml` into every checkpoint, for `check_resume_compatible`.
-        stop_controller: when given, SIGINT/SIGTERM or `stop_controller.request_stop()` save a
-            checkpoint and stop at the next step boundary (adds `StopTrainingCallback`).
+    `resolved_config` (YAML text) goes into every checkpoint, for `check_resume_compatible`.
+    `save_total_limit`: complete checkpoints kept (None: all); the best one Trainer tracks is kept
+    too. Give Trainer `save_total_limit=None`: it would rotate before this marks.
     """
 
-    def __init__(
-        self,
-        *args: Any,
-        resolved_config: Mapping[str, Any] | str | None = None,
-        stop_controller: StopController | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, resolved_config: str, save_total_limit: int | None) -> None:
         self.resolved_config = resolved_config
-        self.stop_controller = stop_controller
-        if stop_controller is not None:
-            self.add_callback(StopTrainingCallback(stop_controller))
+        self.save_total_limit = save_total_limit
 
-    def create_accelerator_and_postprocess(self) -> None:
-        """Trainer's, then FSDP for CPU processes launched with an FSDP config, which accelerate
-        alone runs unsharded (fsdp.py)."""
-        super().create_accelerator_and_postprocess()
-        if shard_on_cpu(self.accelerator):
-            self.is_fsdp_enabled = True  # what Trainer sets from the state it has just read
-
-    def restore_without_training(self, checkpoint: str | os.PathLike) -> None:
-        """Load `checkpoint`'s weights and state (its step, its log history) and train nothing: what
-        finishes a run that was stopped while evaluating or saving its final model."""
-        self.state = TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE_NAME))
-        self._load_from_checkpoint(str(checkpoint))
-
-    def _save_checkpoint(self, model: Any, trial: Any) -> None:
-        """Write `checkpoint-N` into a staging folder on every process, then rename it into place.
-
-        Mirrors `Trainer._save_checkpoint` (transformers 5.24) step by step; only the folder the
-        files go to and the moment old checkpoints are rotated differ. A change of that body fails
-        tests/test_transformers_contract.py.
-        """
-        run_dir = Path(self._get_output_dir(trial=trial))
-        final_dir = run_dir / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-        staging_dir = run_dir / f"{STAGING_PREFIX}{final_dir.name}"
-        if self.args.should_save:
-            remove_unfinished_saves(run_dir, log=None)
-            staging_dir.mkdir(parents=True)
-        self.accelerator.wait_for_everyone()  # the staging folder exists before anyone writes
-
-        with transformers_progress_bars(False):  # a bar for one small weights file is noise
-            self._write_checkpoint_files(model, trial, staging_dir, final_dir)
-
-        self.accelerator.wait_for_everyone()  # every process's files are in the staging folder
-        if self.args.should_save:
-            _fsync_files(staging_dir)
-            replace_dir(staging_dir, final_dir)  # the checkpoint appears whole, in one rename
-            rotate_checkpoints(
-                output_dir=str(run_dir),
-                save_total_limit=self.args.save_total_limit,
-                best_model_checkpoint=self.state.best_model_checkpoint,
-                use_mtime=False,  # checkpoint-N is named by step; mtimes can tie on fast saves
-            )
-        self.accelerator.wait_for_everyone()  # no process reads checkpoint-N before it exists
-        if self.args.push_to_hub:
-            self._push_from_checkpoint(str(final_dir))
-
-    def _write_checkpoint_files(self, model: Any, trial: Any, staging_dir: Path, final_dir: Path) -> None:
-        """The body of `Trainer._save_checkpoint`, writing into `staging_dir`."""
-        if self.hp_search_backend is None and trial is None:
-            self.store_flos()
-        self.save_model(str(staging_dir), _internal_call=True)
-
-        best_step = self.state.best_global_step
-        if (
-            self.args.save_strategy in (SaveStrategy.STEPS, SaveStrategy.EPOCH, SaveStrategy.BEST)
-            and best_step
-        ):
-            best_dir = final_dir.parent / f"{PREFIX_CHECKPOINT_DIR}-{best_step}"
-            # The best may be the checkpoint being written, which exists only after the rename.
-            if best_step == self.state.global_step or best_dir.exists():
-                self.state.best_model_checkpoint = str(best_dir)
-
-        if not self.args.save_only_model:
-            self._save_optimizer_and_scheduler(str(staging_dir))
-            self._save_scaler(str(staging_dir))
-            self._save_rng_state(str(staging_dir))  # rng_state.pth, or rng_state_<rank>.pth per process
-
-        if self.args.should_save:
-            stateful = [
-                c for c in self.callback_handler.callbacks + [self.control] if isinstance(c, ExportableState)
-            ]
-            for callback in stateful:
-                name = callback.__class__.__name__
-                if isinstance(self.state.stateful_callbacks[name], list):
-                    self.state.stateful_callbacks[name].append(callback.state())
-                else:
-                    self.state.stateful_callbacks[name] = callback.state()
-            self.state.save_to_json(str(staging_dir / TRAINER_STATE_NAME))
-            if self.resolved_config is not None:
-                (staging_dir / RESOLVED_CONFIG_NAME).write_text(_config_text(self.resolved_config))
-
-    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
-        """Trainer's, with a sharded model saved as an unsharded one is (fsdp.py): as its own class,
-        not FSDP2's wrapper from torch (the folder's code and auto_map), and a tied weight once."""
-        model = self.accelerator.unwrap_model(self.model, keep_torch_compile=False)  # what Trainer saves
-        with own_class(model):
-            super()._save(output_dir, state_dict=without_tied_copies(model, state_dict))
-
-    def _issue_warnings_after_load(self, load_result: Any) -> None:
-        """Tied weights (`lm_head.weight`) are left out of `model.safetensors` by design: not missing."""
-        tied = set(getattr(self.model, "all_tied_weights_keys", None) or ())
-        missing = [key for key in load_result.missing_keys if key not in tied]
-        if len(missing) < len(load_result.missing_keys):
-            self.model.tie_weights()
-        super()._issue_warnings_after_load(load_result._replace(missing_keys=missing))
-
-    def _finalize_training(self, trial: Any, num_train_samples: int, start_time: float) -> Any:
-        """After a requested stop, keep the checkpoint just written and the weights as they are.
-
-        At the end of training Trainer loads the best model and, with `save_total_limit=1`,
-        deletes every checkpoint but the best: after an interruption that would delete the
-        checkpoint the run must resume from. (No callback can do this: `on_train_end` comes after
-        that cleanup, and a stop requested after the last save has no event before it.)
-        """
-        if self.stop_controller is None or not self.stop_controller.stop_requested:
-            return super()._finalize_training(trial, num_train_samples, start_time)
-        saved = self.args.load_best_model_at_end, self.args.save_total_limit
-        self.args.load_best_model_at_end, self.args.save_total_limit = False, None
-        try:
-            return super()._finalize_training(trial, num_train_samples, start_time)
-        finally:
-            self.args.load_best_model_at_end, self.args.save_total_limit = saved
+    def on_save(self, args, state, control, **kwargs) -> None:
+        checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        _wait_for_everyone()  # each process writes its own rng_state_<rank>.pth
+        if args.should_save:
+            (checkpoint / RESOLVED_CONFIG_NAME).write_text(self.resolved_config, encoding="utf-8")
+            mark_complete(checkpoint)
+            rotate_checkpoints(checkpoint.parent, self.save_total_limit, keep=state.best_model_checkpoint)
+        _wait_for_everyone()  # no process reads or removes a checkpoint the main one is rotating
 
 
-def _config_text(config: Mapping[str, Any] | str) -> str:
-    if isinstance(config, str):
-        return config
-    return yaml.safe_dump(dict(config), sort_keys=False)
+def _wait_for_everyone() -> None:
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
 
 
-def _fsync_files(folder: Path) -> None:
-    """Flush every file of a finished checkpoint to disk before it is renamed into place."""
-    for root, _dirs, files in os.walk(folder):
-        for name in files:
-            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+def mark_complete(checkpoint: Path) -> None:
+    """Flush every file of `checkpoint` to disk, then write its marker (itself atomically)."""
+    sizes = {}
+    for root, _dirs, files in os.walk(checkpoint):
+        for name in sorted(files):
+            path = Path(root, name)
+            if name == COMPLETE_MARKER:
+                continue
+            fd = os.open(path, os.O_RDONLY)
             try:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+            sizes[str(path.relative_to(checkpoint))] = path.stat().st_size
         fsync_dir(root)
+    with atomic_write_file(checkpoint / COMPLETE_MARKER) as handle:
+        json.dump({"step": checkpoint_step(checkpoint), "files": sizes}, handle, indent=1)
+    fsync_dir(checkpoint)
 
 
-# ---- Resume discovery -------------------------------------------------------------------------
+def is_complete(checkpoint: Path) -> bool:
+    return (checkpoint / COMPLETE_MARKER).is_file()
+
+
+def rotate_checkpoints(output_dir: Path, limit: int | None, keep: str | None = None) -> None:
+    """Delete complete checkpoints beyond the newest `limit` (never `keep`), and unfinished saves
+    older than the newest complete one (nothing can resume from them)."""
+    checkpoints = list_checkpoints(output_dir)  # newest first
+    complete = [c for c in checkpoints if is_complete(c)]
+    if not complete:
+        return
+    newest = checkpoint_step(complete[0])
+    kept = set(complete[:limit] if limit is not None else complete)
+    if keep is not None:
+        kept |= {c for c in complete if os.path.abspath(c) == os.path.abspath(keep)}
+    for checkpoint in checkpoints:
+        unfinished = not is_complete(checkpoint) and checkpoint_step(checkpoint) < newest
+        if unfinished or (checkpoint in complete and checkpoint not in kept):
+            shutil.rmtree(checkpoint, ignore_errors=True)
 
 
 def checkpoint_problems(checkpoint_dir: str | os.PathLike) -> list[str]:
     """What makes a checkpoint unusable for an exact resume; an empty list when it is complete.
 
-    Checks the files Trainer's resume loads exist and are readable: `trainer_state.json` parses
+    The marker must be there (else the save never finished) and every file it lists must have its
+    size. Then the files Trainer's resume loads are checked as files: `trainer_state.json` parses
     and names the folder's step, `model.safetensors` (or its shards) has a valid header covering
     the whole file, and `optimizer.pt`, `scheduler.pt`, `scaler.pt` and every `rng_state*.pth` are
     whole torch archives. Trainer resumes silently and inexactly without these (measured).
@@ -239,7 +139,7 @@ def checkpoint_problems(checkpoint_dir: str | os.PathLike) -> list[str]:
     folder = Path(checkpoint_dir)
     if not folder.is_dir():
         return ["not a folder"]
-    problems = []
+    problems = _marker_problems(folder)
     problems += _trainer_state_problems(folder)
     if any(folder.glob(f"{FSDP_MODEL_NAME}*")):  # FSDP: what resume loads is its own layout
         problems += _fsdp_problems(folder)
@@ -254,8 +154,25 @@ def checkpoint_problems(checkpoint_dir: str | os.PathLike) -> list[str]:
         problems.append("no rng_state*.pth")
     for rng_file in rng_files:
         problems += _torch_archive_problems(rng_file)
-    return problems
+    return list(dict.fromkeys(problems))
 
+
+def _marker_problems(folder: Path) -> list[str]:
+    try:
+        marker = json.loads((folder / COMPLETE_MARKER).read_text())
+        sizes = dict(marker["files"])
+    except FileNotFoundError:
+        return [f"no {COMPLETE_MARKER}: its save did not finish"]
+    except (ValueError, KeyError, TypeError, OSError):
+        return [f"{COMPLETE_MARKER} is unreadable"]
+    problems = []
+    for name, size in sizes.items():
+        path = folder / name
+        if not path.is_file():
+            problems.append(f"{name} is missing")
+        elif path.stat().st_size != size:
+            problems.append(f"{name} is truncated or unreadable")
+    return problems
 
 def _trainer_state_problems(folder: Path) -> list[str]:
     try:
@@ -338,17 +255,6 @@ def _torch_archive_problems(path: Path) -> list[str]:
     return []
 
 
-def remove_unfinished_saves(output_dir: str | os.PathLike, log: Callable[[str], None] | None = print) -> None:
-    """Delete staging folders left by a save that was killed before its rename."""
-    output_dir = Path(output_dir)
-    if not output_dir.is_dir():
-        return
-    for staging in sorted(output_dir.glob(f"{STAGING_PREFIX}{PREFIX_CHECKPOINT_DIR}-*")):
-        shutil.rmtree(staging, ignore_errors=True)
-        if log is not None:
-            log(f"removed {staging.name}: a checkpoint save that was interrupted before it finished")
-
-
 def set_aside(checkpoint_dir: Path) -> Path:
     """Rename a bad checkpoint to `corrupt-checkpoint-N[-k]`, out of reach of resume and rotation."""
     target = checkpoint_dir.with_name(f"{SET_ASIDE_PREFIX}{checkpoint_dir.name}")
@@ -377,11 +283,12 @@ def find_resume_checkpoint(
 ) -> str | None:
     """The newest complete checkpoint in `output_dir`, to pass to `train(resume_from_checkpoint=...)`.
 
-    Walks `checkpoint-N` newest first; one with problems is renamed to `corrupt-checkpoint-N`
-    with a warning saying why, and the walk goes on. Returns None, after saying that training
-    starts from scratch, when no complete checkpoint is left. Unfinished staging folders are
-    deleted. With several processes the main process decides (and renames) and the others
-    receive its answer, so all resume from the same step.
+    Walks `checkpoint-N` newest first. A folder without its marker is a save that never finished:
+    removed, with a line saying so. A marked one with problems (damaged since) is renamed to
+    `corrupt-checkpoint-N` with a warning saying why. The walk goes on to the next; None, after
+    saying that training starts from scratch, when no complete checkpoint is left. With several
+    processes the main process decides (and removes) and the others receive its answer, so all
+    resume from the same step.
     """
     distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
     if distributed and not is_main_process():
@@ -390,9 +297,12 @@ def find_resume_checkpoint(
         return answer[0]
 
     output_dir = Path(output_dir)
-    remove_unfinished_saves(output_dir, log=info)
     found = None
     for checkpoint in list_checkpoints(output_dir):
+        if not is_complete(checkpoint):
+            shutil.rmtree(checkpoint, ignore_errors=True)
+            info(f"removed {checkpoint.name}: a checkpoint save that was interrupted before it finished")
+            continue
         problems = checkpoint_problems(checkpoint)
         if not problems:
             found = str(checkpoint)
@@ -440,7 +350,7 @@ def check_resume_compatible(
     previous = {
         key: value
         for key, value in _flatten(saved).items()
-        if key.split(".")[0] in sections and not (key in RETIRED_KEYS and RETIRED_KEYS[key] == value)
+        if key.split(".")[0] in sections
     }
     ignored = set(ignore)
     differences = [

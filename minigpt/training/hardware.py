@@ -15,7 +15,6 @@ from contextlib import contextmanager
 
 import torch
 
-from .busy_cores import choose_threads
 from .cpu_allocator import keep_freed_memory
 from .settings import HardwareSettings
 
@@ -81,12 +80,9 @@ def tf32_matmuls(hardware: HardwareSettings) -> bool:
 
 
 @contextmanager
-def cpu_run_settings(hardware: HardwareSettings, say: bool = True, choose: bool = True) -> Iterator[int | None]:
-    """Thread count and denormal flushing for the run, given back as they were when it ends.
-
-    Yields the cores a run with a chosen thread count may use (`torch_num_threads: null` on a CPU:
-    it starts with a thread per free core and `BusyCoresCallback` moves the count as it goes), else
-    None. `choose=False` keeps torch's default of a thread per core (benchmarks compare like with like).
+def cpu_run_settings(hardware: HardwareSettings) -> Iterator[None]:
+    """The run's thread count (`torch_num_threads`; None: torch's own, a thread per core) and
+    denormal flushing, given back as they were when it ends.
 
     `flush_denormal`: late in a run, softmax tails and the Adam moments of rare tokens underflow into
     denormal floats, which x86 CPUs compute 10x or more slower; flushed to zero they run at full speed
@@ -95,8 +91,10 @@ def cpu_run_settings(hardware: HardwareSettings, say: bool = True, choose: bool 
     """
     threads_before = torch.get_num_threads()
     flushing = _flush_denormal(hardware)
+    if hardware.torch_num_threads is not None:
+        torch.set_num_threads(hardware.torch_num_threads)
     try:
-        yield _set_threads(hardware, say, choose)
+        yield
     finally:
         torch.set_num_threads(threads_before)
         if flushing:
@@ -105,37 +103,17 @@ def cpu_run_settings(hardware: HardwareSettings, say: bool = True, choose: bool 
 
 def apply_process_settings(hardware: HardwareSettings) -> None:
     """The run's CPU settings for the rest of a process that does one job and exits (a benchmark
-    worker): glibc keeps freed memory (`keep_freed_memory`), denormals flush, and a fixed thread
-    count (torch's default of one per core when none is set: benchmarks compare like with like)."""
+    worker): glibc keeps freed memory (`keep_freed_memory`), denormals flush, the thread count."""
     if hardware.keep_freed_memory:
         keep_freed_memory()
     _flush_denormal(hardware)
-    _set_threads(hardware, say=False, choose=False)
+    if hardware.torch_num_threads is not None:
+        torch.set_num_threads(hardware.torch_num_threads)
 
 
 def _flush_denormal(hardware: HardwareSettings) -> bool:
     """Denormals as zero when the settings ask for it; True if the CPU took it (x86 DAZ)."""
     return hardware.flush_denormal and torch.set_flush_denormal(True)
-
-
-def _set_threads(hardware: HardwareSettings, say: bool, choose: bool) -> int | None:
-    if hardware.torch_num_threads is not None:
-        # Oversubscribed cores (other jobs, several processes) stall torch's thread pool badly.
-        torch.set_num_threads(hardware.torch_num_threads)
-        return None
-    if not choose or not on_cpu(hardware):
-        return None
-    available = torch.get_num_threads()
-    threads, others = choose_threads(available)
-    if threads != available:
-        torch.set_num_threads(threads)
-        if say:
-            print(
-                f"cores busy: other processes use {others:.1f} of {available} cores, so this run trains with "
-                f"{threads} thread(s) and checks again as it goes (hardware.torch_num_threads sets a fixed count)",
-                flush=True,
-            )
-    return available
 
 
 __all__ = [

@@ -20,8 +20,7 @@ Evaluation holds no activations for a backward: the weights, the optimizer state
 copies, and one forward's logits (the model's, their fp32 copy and the log-softmax).
 
 A few rules depend on the device: a dropout mask is a byte per element on CUDA and a scaled mask of
-the input's dtype on the CPU, and a CPU run without torch.compile swaps RMSNorm's backward for one
-that saves less (cpu_kernels.py). Training runs without a KV cache (Trainer sets `use_cache=False`);
+the input's dtype on the CPU,. Training runs without a KV cache (Trainer sets `use_cache=False`);
 with one, the forward would also hold copies of every layer's keys and values. The rules are checked
 against the saved tensors and the peak resident set of CPU steps (tests/test_memory_estimate.py),
 and against `torch.cuda.max_memory_allocated` where a GPU is at hand (tests/test_gpu.py).
@@ -140,18 +139,16 @@ def layer_activation_bytes(
     attention: str,
     device: str,
     block_size: int,
-    cpu_rmsnorm: bool = False,
 ) -> float:
     """Bytes one block saves for the backward, per token (without activation checkpointing).
 
-    `attention`: the resolved attention implementation; `device`: "cuda" or "cpu" (kernels differ);
-    `cpu_rmsnorm`: the CPU run's hand-written RMSNorm backward (cpu_kernels.py) is in use.
+    `attention`: the resolved attention implementation; `device`: "cuda" or "cpu" (kernels differ).
     """
     a = activation_element_bytes(precision)
     C, inner = config.hidden_size, config.intermediate_size
     mask = dropout_mask_bytes(device, a)
-    total = 2 * norm_activation_bytes(config, a, cpu_rmsnorm)  # ln_1, ln_2
-    total += attention_activation_bytes(config, a, attention, device, block_size, cpu_rmsnorm)
+    total = 2 * norm_activation_bytes(config, a)  # ln_1, ln_2
+    total += attention_activation_bytes(config, a, attention, device, block_size)
     # MLP: GELU keeps its input and the projection its input (2aI); the gated MLP keeps the fused
     # gate-and-up output (2aI), the activation's output and the product (4aI).
     total += (4 if config.mlp_type == "gated" else 2) * a * inner
@@ -160,23 +157,22 @@ def layer_activation_bytes(
     return total
 
 
-def norm_activation_bytes(config: MiniGPTConfig, a: int, cpu_rmsnorm: bool) -> float:
+def norm_activation_bytes(config: MiniGPTConfig, a: int) -> float:
     """A pre-norm over the fp32 residual stream and the matmul input it feeds, per token.
 
     LayerNorm keeps its fp32 input and two fp32 statistics; the matmul after it keeps the normalised
     output at a. Llama's RMSNorm formula in autograd keeps the fp32 input, its fp32 rsqrt and the
-    fp32 normalised input (for the weight's gradient); the CPU kernel keeps only the last two.
+    fp32 normalised input (for the weight's gradient).
     """
     C = config.hidden_size
     matmul_input = a * C
     if config.norm_type == "layernorm":
         return FP32 * C + 2 * FP32 + matmul_input
-    kept_input = 0 if cpu_rmsnorm else FP32 * C
-    return kept_input + FP32 + FP32 * C + matmul_input
+    return FP32 * C + FP32 + FP32 * C + matmul_input
 
 
 def attention_activation_bytes(
-    config: MiniGPTConfig, a: int, attention: str, device: str, T: int, cpu_rmsnorm: bool
+    config: MiniGPTConfig, a: int, attention: str, device: str, T: int
 ) -> float:
     """What one attention layer saves per token, from its fused QKV projection to its output.
 
@@ -187,9 +183,7 @@ def attention_activation_bytes(
     rotated = config.position_embedding_type == "rope" or config.qk_norm  # q, k are new tensors, not views
     if config.qk_norm:  # an RMSNorm over each head's queries and keys: two of them
         rsqrt = FP32 * nh
-        if cpu_rmsnorm:
-            saved += 2 * (FP32 * C + rsqrt)  # the fp32 normalised input and rsqrt
-        elif a == FP32:
+        if a == FP32:
             qkv_kept = True  # fp32 queries and keys enter the norm as views of qkv, and are saved
             saved += 2 * (FP32 * C + rsqrt)
         else:  # half-precision queries: an fp32 copy for the statistics, the normalised one at a
@@ -219,11 +213,11 @@ def dropout_mask_bytes(device: str, a: int) -> int:
     return 1 if device == "cuda" else a
 
 
-def head_activation_bytes(config: MiniGPTConfig, precision: str, device: str, cpu_rmsnorm: bool = False) -> float:
+def head_activation_bytes(config: MiniGPTConfig, precision: str, device: str) -> float:
     """Per token, outside the blocks: the final norm and the head's input, the fp32 log-softmax
     output the loss keeps (4V), token ids and labels, the embedding dropout's mask."""
     a = activation_element_bytes(precision)
-    total = norm_activation_bytes(config, a, cpu_rmsnorm) + FP32 * config.vocab_size + 2 * INDEX
+    total = norm_activation_bytes(config, a) + FP32 * config.vocab_size + 2 * INDEX
     if config.hidden_dropout > 0:  # on the embeddings: the fp32 residual stream
         total += dropout_mask_bytes(device, FP32) * config.hidden_size
     return total
@@ -241,13 +235,12 @@ def estimate_training_memory(
     gradient_accumulation_steps: int = 1,
     eval_batch_size: int | None = None,
     optimizer: str = "adamw_torch_fused",
-    cpu_rmsnorm: bool = False,
 ) -> MemoryEstimate:
     """Bytes of one device training `config` at `batch_size` blocks of `block_size` tokens a pass.
 
     `precision`: "bf16"/"fp16" (autocast over fp32 weights) or "fp32"; `attention`: the resolved
     attention implementation; `device`: "cuda" or "cpu" (what the kernels save differs, see the
-    module doc); `cpu_rmsnorm`: a CPU run without torch.compile (cpu_kernels.py's RMSNorm).
+    module doc).
     """
     a = activation_element_bytes(precision)
     C, V, L = config.hidden_size, config.vocab_size, config.num_hidden_layers
@@ -259,8 +252,8 @@ def estimate_training_memory(
     else:
         states, optimizer_name = ADAM_STATE_BYTES * P, "AdamW"
     copies = a * matmul_weight_count(config) if a < FP32 else 0
-    layer = layer_activation_bytes(config, precision, attention, device, block_size, cpu_rmsnorm)
-    head = head_activation_bytes(config, precision, device, cpu_rmsnorm)
+    layer = layer_activation_bytes(config, precision, attention, device, block_size)
+    head = head_activation_bytes(config, precision, device)
     kept_per_layer = FP32 * C if activation_checkpointing else layer  # checkpointing keeps each block's input
     tokens = batch_size * block_size
     earlier_gradients = gradients if gradient_accumulation_steps > 1 else 0
@@ -309,7 +302,6 @@ def estimate_run_memory(run: RunConfig, config: MiniGPTConfig, device_type: str)
         gradient_accumulation_steps=h.gradient_accumulation_steps,
         eval_batch_size=h.per_device_eval_batch_size,
         optimizer=run.training.optim,
-        cpu_rmsnorm=device == "cpu" and not h.torch_compile,  # run.py swaps in cpu_kernels.py's RMSNorm
     )
 
 

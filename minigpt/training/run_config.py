@@ -269,8 +269,8 @@ def check_cross_fields(run: RunConfig) -> None:
     """
     if run.model.init_from is None:
         check_fits_model(run)
-        if run.data.format == "chat":
-            raise ConfigError("data.format=chat fine-tunes a trained model: set model.init_from (docs/chat.md)")
+        if run.data.needs_trained_model:
+            raise ConfigError(f"data.format={run.data.format} fine-tunes a trained model: set model.init_from (docs/chat.md)")
     if run.training.warmup_steps >= run.training.max_steps:
         raise ConfigError(
             f"training.warmup_steps ({run.training.warmup_steps}) must be less than "

@@ -96,27 +96,18 @@ def final_model_saved_at(output_dir: str | os.PathLike, step: int) -> bool:
     return not summary.get("stopped") and saved_step >= step
 
 
-def check_resume_target(checkpoint: str | os.PathLike, max_steps: int, planned_end: int | None = None) -> bool:
+def check_resume_target(checkpoint: str | os.PathLike, max_steps: int) -> bool:
     """Whether `--resume` from `checkpoint` has steps to train (False) or only the end to finish (True).
 
-    The run ends at `training.max_steps`, or at `planned_end` when a time budget (`training.max_time`)
-    planned an earlier end. A checkpoint at that end whose final model was never saved (the run was
-    stopped while evaluating or saving it) is finished: evaluated and saved, no step trained. One
-    already finished is refused: there is nothing to resume, and a step past the end would be one too
-    many.
+    A checkpoint at `training.max_steps` whose final model was never saved (the run was stopped
+    while evaluating or saving it) is finished: evaluated and saved, no step trained. One already
+    finished is refused: there is nothing to resume, and a step past the end would be one too many.
     """
     step = checkpoint_step(checkpoint)
-    end = min(max_steps, planned_end) if planned_end is not None else max_steps
-    if step is None or step < end:
+    if step is None or step < max_steps:
         return False
     if not final_model_saved_at(Path(checkpoint).parent, step):
         return True
-    if planned_end is not None and planned_end < max_steps:
-        raise ConfigError(
-            f"{Path(checkpoint).name} is at step {step}, the end training.max_time planned for this run, "
-            f"and its final model is saved: nothing to resume; to train further, start a new run from it "
-            f"with model.init_from={Path(checkpoint).parent / FINAL_DIR}"
-        )
     raise ConfigError(
         f"{Path(checkpoint).name} is already at step {step} and training.max_steps is {max_steps}: "
         f"nothing to resume; raise training.max_steps (e.g. training.max_steps={step + max(step // 2, 1)}) "

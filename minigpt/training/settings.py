@@ -162,14 +162,11 @@ class TrainingSettings:
     warmup_steps: int = 100  # linear warmup from 0 to learning_rate over this many steps
     # warmup_stable_decay: the share of the run, at its end, over which the LR decays to min_learning_rate
     decay_fraction: float = 0.3
-    # Seconds the training loop may take (evaluation included; null: no limit): the first steps are
-    # timed and the run ends at the step that fits, at most max_steps. Needs warmup_stable_decay, whose
-    # decay is placed from the end; the plan is saved in checkpoints, so resume stays exact.
+    # Seconds of training (evaluation included; null: no limit) after which the run saves and ends,
+    # at most max_steps. The schedule is planned for max_steps, so a run this ends is not decayed.
     max_time: float | None = None
     weight_decay: float = 0.1  # AdamW decoupled weight decay, applied to weight matrices only
     decay_embeddings: bool = False  # also decay token/position embeddings (and the tied output head)
-    # Passes over the training data before the model's dropout turns on (late dropout); 0: from the start
-    dropout_start_epoch: float = 0.0
     adam_beta1: float = 0.9  # AdamW first-moment decay
     adam_beta2: float = 0.95  # AdamW second-moment decay (0.95 as in GPT-3 / nanoGPT)
     adam_epsilon: float = 1e-8  # AdamW epsilon
@@ -208,7 +205,6 @@ class TrainingSettings:
             "weight_decay",
             "max_grad_norm",
             "sample_temperature",
-            "dropout_start_epoch",
         ):
             require(getattr(self, name) >= 0, f"training.{name}", "must be >= 0", getattr(self, name))
         require(self.learning_rate > 0, "training.learning_rate", "must be positive", self.learning_rate)
@@ -231,12 +227,6 @@ class TrainingSettings:
             require(self.eval_tokens > 0, "training.eval_tokens", "must be positive or null", self.eval_tokens)
         if self.max_time is not None:
             require(self.max_time > 0, "training.max_time", "must be positive or null", self.max_time)
-            require(
-                self.lr_scheduler_type == "warmup_stable_decay",
-                "training.max_time",
-                "needs training.lr_scheduler_type=warmup_stable_decay (its decay is placed from the planned end)",
-                self.max_time,
-            )
         lr, momentum, decay, steps = (
             self.muon_learning_rate,
             self.muon_momentum,
@@ -298,7 +288,7 @@ class HardwareSettings:
     gradient_accumulation_steps: int = 1  # forward passes summed into one optimizer step
     per_device_eval_batch_size: int = 16  # blocks per forward pass when evaluating
     dataloader_num_workers: int = 0  # worker processes feeding batches (0: the training process itself)
-    torch_num_threads: int | None = None  # torch CPU threads per process (None: one per free core, adapted)
+    torch_num_threads: int | None = None  # torch CPU threads per process (None: torch's default, one per core)
     flush_denormal: bool = False  # CPU: treat denormal floats as zero (x86 FTZ/DAZ), see above
     keep_freed_memory: bool = False  # CPU: glibc keeps freed blocks for reuse (no page faults per step)
     peak_flops: float | Literal["auto"] = "auto"  # peak FLOP/s of one device for MFU; "auto" measures it

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 from transformers import TrainingArguments
 
@@ -44,33 +45,27 @@ def describe_run(
     run: RunConfig,
     model: nn.Module,
     args: TrainingArguments,
-    train_blocks: int,
-    val_blocks: int,
+    data_description: str,
     peak_flops: PeakFlops | None = None,
-    evaluation: str | None = None,
 ) -> str:
-    """The lines printed before training: model size, data (and the blocks evaluations read, as
-    `ValidationSample.describe` says), effective batch, MFU's peak and its source, and the memory a
-    device needs (an estimate, memory_estimate.py)."""
+    """The lines printed before training: model size, the data (`TrainingData.description`),
+    effective batch, steps and tokens, MFU's peak and its source, and the memory a device needs (an
+    estimate, memory_estimate.py)."""
     h = resolve_hardware(run.hardware)
     params = sum(p.numel() for p in model.parameters())
     batch = effective_batch_size(h, args.world_size)
     precision = "bf16" if h.bf16 else "fp16" if h.fp16 else "fp32"
+    steps = run.training.max_steps
     lines = [
         f"model: {params / 1e6:.2f}M parameters ({run.model.num_hidden_layers} layers, hidden "
         f"{run.model.hidden_size}, vocab {model.config.vocab_size}, context {run.data.block_size})",
-        (
-            f"data: {train_blocks:,} training conversations, {val_blocks:,} validation conversations of up to "
-            f"{run.data.block_size} tokens, padded per batch"
-            if run.data.format == "chat"
-            else f"data: {train_blocks:,} training blocks, {val_blocks:,} validation blocks of {run.data.block_size} tokens"
-        )
-        + (f"; {evaluation}" if evaluation else ""),
+        data_description,
         f"effective batch: {h.per_device_train_batch_size} per device x {h.gradient_accumulation_steps} "
         f"accumulation x {args.world_size} process(es) = {batch} sequences = "
-        f"{batch * run.data.block_size:,} tokens per step",
+        f"{batch * run.data.block_size:,} tokens per step; {steps:,} steps = "
+        f"{steps * batch * run.data.block_size / 1e6:.2f}M tokens",
         f"device: {args.device} | {precision} | attention {h.attn_implementation} | "
-        f"compile {'on' if h.torch_compile else 'off'} | {run.training.max_steps} steps -> {run.training.output_dir}",
+        f"compile {'on' if h.torch_compile else 'off'} | threads {torch.get_num_threads()} -> {run.training.output_dir}",
     ]
     if getattr(model.config, "model_type", None) == MiniGPTConfig.model_type:  # remote-code copies too
         lines.append(estimate_run_memory(run, model.config, args.device.type).describe())

@@ -1,63 +1,171 @@
-"""MiniGPT's `transformers.Trainer` subclass: what the stock Trainer cannot be told by arguments.
+"""MiniGPT's `transformers.Trainer`: its arguments from the run config, and what arguments cannot say.
 
-Weight-decay groups (matrices only, embeddings optional), the warmup_stable_decay schedule whose end
-a time budget can move, Muon on the hidden matrices beside AdamW, a stop that cuts an evaluation
-short, and derived metrics (tokens/s, MFU, perplexity) in every log record. Evaluation sums each
-block's losses itself (`text_scores.py`), so bits per byte counts the text's tokens and bytes only:
-the Trainer's mean loss cannot leave out the separators between documents.
-Checkpoints are atomic and carry the resolved run config (`AtomicCheckpointTrainer`, checkpoints.py).
+`training_arguments` maps the `training` and `hardware` sections onto `TrainingArguments` (the
+same key names). `MiniGPTTrainer` overrides only public extension points: the weight-decay groups
+(`get_decay_parameter_names`), Muon beside AdamW (`create_optimizer`), derived figures in every
+log record (`log`), FSDP2 for CPU processes (`create_accelerator_and_postprocess`) and saving a
+sharded model as its own class (`save_model`). Bits per byte comes through Trainer's own metric
+hooks (`preprocess_logits_for_metrics`, `compute_metrics`): per-block sums, gathered across
+processes, so it counts the text's tokens and bytes only, never the separators between documents.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
-from transformers.trainer_callback import ProgressCallback
-from transformers.trainer_utils import EvalLoopOutput
+from transformers import EvalPrediction, Trainer, TrainingArguments
+from transformers.training_args import OptimizerNames
 
 from ..errors import ConfigError
-from .checkpoints import AtomicCheckpointTrainer
-from .optimizers import muon_with_adamw
-from .peak_flops import PeakFlops
+from ..progress import transformers_progress_bars
+from .fsdp import own_class, shard_on_cpu, without_tied_copies
+from .hardware import resolve_hardware
+from .optimizers import AUX_ADAMW, MUON, muon_with_adamw
+from .settings import RunConfig, TrainingSettings, require_choice
 from .text_scores import bits_per_byte, block_targets, next_token_scores
-from .throughput import ThroughputMeter
-from .time_budget import WarmupStableDecay
+
+WSD = "warmup_stable_decay"
 
 
-class _EvaluationStopped(Exception):
-    """A stop was requested during an evaluation inside training: the rest of it is skipped."""
+def training_arguments(run: RunConfig) -> TrainingArguments:
+    """TrainingArguments from the `training` and `hardware` sections (same key names).
+
+    `save_total_limit` is left to `CompleteCheckpointCallback`, which rotates only once a new
+    checkpoint is marked complete (Trainer rotates before: a kill then could leave none).
+    """
+    t, h = run.training, resolve_hardware(run.hardware)
+    require_choice(t.optim, [*(name.value for name in OptimizerNames), MUON], "training.optim")
+    optional = {"tf32": h.tf32} if h.tf32 is not None else {}
+    try:
+        return TrainingArguments(
+            output_dir=t.output_dir,
+            max_steps=t.max_steps,
+            learning_rate=t.learning_rate,
+            lr_scheduler_type=t.lr_scheduler_type,
+            lr_scheduler_kwargs=_schedule_kwargs(t),
+            warmup_steps=t.warmup_steps,
+            weight_decay=t.weight_decay,
+            adam_beta1=t.adam_beta1,
+            adam_beta2=t.adam_beta2,
+            adam_epsilon=t.adam_epsilon,
+            optim=AUX_ADAMW if t.optim == MUON else t.optim,  # muon: the AdamW for what Muon does not take
+            max_grad_norm=t.max_grad_norm,
+            seed=t.seed,
+            logging_strategy="steps",
+            logging_steps=t.logging_steps,
+            logging_first_step=True,  # the step-1 loss anchors the curve
+            eval_strategy="steps",
+            eval_steps=t.eval_steps,
+            save_strategy="steps",
+            save_steps=t.save_steps,
+            save_total_limit=None,
+            report_to=t.report_to,
+            prediction_loss_only=False,  # evaluation hands per-block sums to compute_metrics
+            disable_tqdm=False,
+            use_cpu=h.use_cpu,
+            bf16=h.bf16,
+            fp16=h.fp16,
+            torch_compile=h.torch_compile,
+            torch_compile_mode=h.torch_compile_mode,
+            activation_checkpointing=h.activation_checkpointing,
+            per_device_train_batch_size=h.per_device_train_batch_size,
+            gradient_accumulation_steps=h.gradient_accumulation_steps,
+            per_device_eval_batch_size=h.per_device_eval_batch_size,
+            dataloader_num_workers=h.dataloader_num_workers,
+            # Every parameter gets a gradient each step; searching for unused ones costs DDP an extra
+            # pass over the graph per step and a warning.
+            ddp_find_unused_parameters=False,
+            **optional,
+        )
+    except ValueError as err:  # what only the machine can tell, e.g. bf16 without a GPU
+        raise ConfigError(
+            f"hardware settings do not fit this machine: {err} (without a GPU use hardware.profile=cpu)"
+        ) from None
 
 
-class MiniGPTTrainer(AtomicCheckpointTrainer):
-    """Trainer with MiniGPT's weight-decay groups, schedule, Muon option, stop during evaluation,
-    and derived metrics in every log record.
+def _schedule_kwargs(t: TrainingSettings) -> dict[str, Any]:
+    """Trainer's scheduler keywords: the floor of cosine_with_min_lr; for warmup_stable_decay the
+    decay over the last `decay_fraction` of the steps, cosine, to the same floor (Trainer gives it
+    max_steps; the warmup starts from the floor)."""
+    if t.lr_scheduler_type == "cosine_with_min_lr":
+        return {"min_lr": t.min_learning_rate}
+    if t.lr_scheduler_type == WSD:
+        decay_steps = max(1, round(t.decay_fraction * t.max_steps))
+        return {
+            "num_decay_steps": decay_steps,
+            "min_lr_ratio": t.min_learning_rate / t.learning_rate,
+            "decay_type": "cosine",
+        }
+    return {}
 
-    Checkpoints are atomic and carry the resolved run config (AtomicCheckpointTrainer).
+
+def muon_kwargs(training: TrainingSettings) -> dict[str, Any] | None:
+    """torch.optim.Muon's keywords from the `training.muon_*` keys, or None unless training.optim is muon."""
+    if training.optim != MUON:
+        return None
+    return {
+        "lr": training.muon_learning_rate,
+        "momentum": training.muon_momentum,
+        "nesterov": training.muon_nesterov,
+        "weight_decay": training.muon_weight_decay,
+        "ns_steps": training.muon_ns_steps,
+        "adjust_lr_fn": training.muon_adjust_lr,
+    }
+
+
+class TextScores:
+    """Trainer's metric hooks for bits per byte: `preprocess_logits_for_metrics` turns each batch's
+    (B, T, V) logits into (B, 5) sums (`next_token_scores`), which Trainer gathers across processes
+    (without the blocks repeated to even out the last batch); `compute_metrics` adds them up.
+
+    token_bytes: (V,) UTF-8 bytes per token id (`minigpt.data.token_bytes`).
+    """
+
+    def __init__(self, token_bytes: np.ndarray) -> None:
+        self.token_bytes = torch.as_tensor(token_bytes)
+
+    def preprocess_logits_for_metrics(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return next_token_scores(logits, block_targets(labels), self.token_bytes)  # (B, 5)
+
+    def compute_metrics(self, prediction: EvalPrediction) -> dict[str, float]:
+        return {"bpb": bits_per_byte(prediction.predictions)}
+
+
+class MiniGPTTrainer(Trainer):
+    """Trainer with MiniGPT's weight-decay groups, the Muon option, FSDP2 on CPU processes and
+    derived figures (tokens/s, MFU, tokens seen, perplexity) in every log record.
+
+    Args beyond Trainer's: `decay_embeddings` (training.decay_embeddings), `muon_kwargs`
+    (`muon_kwargs(run.training)`), `throughput` (a `ThroughputMeter`, callbacks.py) and
+    `validation_blocks` (blocks in the split the evaluation's come from, said in each record).
     """
 
     def __init__(
         self,
         *args: Any,
         decay_embeddings: bool = False,
-        throughput: ThroughputMeter | None = None,
-        token_bytes: torch.Tensor | None = None,
-        validation_blocks: int | None = None,
-        schedule: WarmupStableDecay | None = None,
         muon_kwargs: dict[str, Any] | None = None,
+        throughput: Any = None,
+        validation_blocks: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
-        self.schedule = schedule  # warmup_stable_decay's multiplier; None: Trainer's own schedules
         self.decay_embeddings = decay_embeddings
-        self.muon_kwargs = muon_kwargs  # torch.optim.Muon's keywords under training.optim muon, else None
+        self.muon_kwargs = muon_kwargs
         self.throughput = throughput
-        # (vocab,) UTF-8 bytes per token id (minigpt.data.token_bytes); None: no bits per byte
-        self.token_bytes = token_bytes
-        self.validation_blocks = validation_blocks  # blocks in the split the evaluation blocks come from
-        self.peak_flops: PeakFlops | None = None  # MFU's peak and its source (build_trainer sets it)
+        self.validation_blocks = validation_blocks
+
+    def create_accelerator_and_postprocess(self) -> None:
+        """Trainer's, then FSDP for CPU processes launched with an FSDP config, which accelerate
+        alone runs unsharded (fsdp.py)."""
+        super().create_accelerator_and_postprocess()
+        if shard_on_cpu(self.accelerator):
+            self.is_fsdp_enabled = True  # what Trainer sets from the state it has just read
 
     def get_decay_parameter_names(self, model: nn.Module) -> list[str]:
         """Weight matrices only: no norm weights or biases (by shape, whatever their names), and no
@@ -79,15 +187,6 @@ class MiniGPTTrainer(AtomicCheckpointTrainer):
         }
         return [name for name in names if name not in embedding_params]
 
-    def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
-        """warmup_stable_decay as `WarmupStableDecay`, whose end a time budget can move (Trainer's
-        own takes a fixed decay length); every other schedule is Trainer's."""
-        if self.schedule is None:
-            return super().create_scheduler(num_training_steps, optimizer)
-        if self.lr_scheduler is None:
-            self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer or self.optimizer, self.schedule)
-        return self.lr_scheduler
-
     def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer:
         """Trainer's optimizer, or under `training.optim: muon` Muon on the hidden matrices and
         Trainer's AdamW on the rest (optimizers.py); Trainer schedules, clips, steps and saves it."""
@@ -100,53 +199,24 @@ class MiniGPTTrainer(AtomicCheckpointTrainer):
         self.optimizer = muon_with_adamw(model, self.args, decayed, self.muon_kwargs)
         return self.optimizer
 
-    def prediction_step(
-        self, model: nn.Module, inputs: Any, prediction_loss_only: bool, ignore_keys: Any = None
-    ) -> Any:
-        """Trainer's, but a stop requested mid-evaluation skips the rest (see `evaluate`)."""
-        controller = self.stop_controller
-        if controller is not None and controller.stop_requested and self.args.world_size == 1:
-            raise _EvaluationStopped  # several processes would have to agree on the batch: not cut
-        if self.token_bytes is None or "labels" not in inputs:
-            return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
-        inputs = self._prepare_inputs(inputs)
-        with torch.no_grad():
-            logits = model(**{k: v for k, v in inputs.items() if k != "labels"}).logits  # (B, T, V)
-        scores = next_token_scores(logits, block_targets(inputs["labels"]), self.token_bytes)  # (B, 5)
-        loss = scores[:, 0].sum() / scores[:, 1].sum()  # the model's own loss: mean nats per prediction
-        # The per-block sums travel as the "logits": Trainer gathers them across processes
-        # (dropping the blocks repeated to even out the last batch) and evaluation_loop sums them.
-        return loss.detach(), scores, None
-
-    def evaluation_loop(
-        self,
-        dataloader: Any,
-        description: str,
-        prediction_loss_only: bool | None = None,
-        ignore_keys: list[str] | None = None,
-        metric_key_prefix: str = "eval",
-    ) -> EvalLoopOutput:
-        """Trainer's, plus bits per byte from the gathered per-block sums of `prediction_step`."""
-        output = super().evaluation_loop(dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix)
-        if self.token_bytes is not None and output.predictions is not None:
-            output.metrics[f"{metric_key_prefix}_bpb"] = bits_per_byte(output.predictions)
-        return output
-
-    def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
-        """Trainer's, except that Ctrl-C during an evaluation inside training does not wait for the
-        whole validation set: the evaluation is dropped (nothing logged) and the run saves and stops."""
-        try:
-            return super().evaluate(*args, **kwargs)
-        except _EvaluationStopped:
-            for callback in self.callback_handler.callbacks:  # the evaluation's progress bar
-                if isinstance(callback, ProgressCallback) and callback.prediction_bar is not None:
-                    callback.prediction_bar.close()
-                    callback.prediction_bar = None
-            self.control.should_save = True
-            self.control.should_training_stop = True
-            if self.stop_controller is not None:
-                self.stop_controller.stopped_at_step = self.state.global_step
-            return {}
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """Trainer's, except that a model sharded by FSDP2 is saved as an unsharded one is (fsdp.py):
+        as its own class, not FSDP2's wrapper from torch (the folder's code and auto_map), and a
+        tied weight once. No progress bar: one small weights file is noise between log lines."""
+        if not self.is_fsdp_enabled:
+            with transformers_progress_bars(False):
+                super().save_model(output_dir, _internal_call=_internal_call)
+            return
+        output_dir = output_dir or self.args.output_dir
+        state_dict = self.accelerator.get_state_dict(self.model)  # a collective: every process gathers
+        if not self.args.should_save:
+            return
+        model = self.accelerator.unwrap_model(self.model, keep_torch_compile=False)
+        with own_class(model), transformers_progress_bars(False):
+            model.save_pretrained(output_dir, state_dict=without_tied_copies(model, state_dict))
+        if self.processing_class is not None:
+            self.processing_class.save_pretrained(output_dir)
+        torch.save(self.args, os.path.join(output_dir, "training_args.bin"))
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """Add tokens/s, MFU and tokens seen to training records; perplexity and blocks read to eval ones."""
@@ -158,7 +228,9 @@ class MiniGPTTrainer(AtomicCheckpointTrainer):
             if self.validation_blocks is not None and self.eval_dataset is not None:
                 logs["eval_blocks"] = len(self.eval_dataset)  # read by the evaluation, of ...
                 logs["validation_blocks"] = self.validation_blocks  # ... the split's
+        if "train_runtime" in logs and self.throughput is not None:  # Trainer's figure, from the steps trained
+            logs["train_tokens_per_second"] = logs.get("train_steps_per_second", 0.0) * self.throughput.tokens_per_step
         super().log(logs, start_time)
 
 
-__all__ = ["MiniGPTTrainer"]
+__all__ = ["MiniGPTTrainer", "TextScores", "muon_kwargs", "training_arguments"]

@@ -17,9 +17,9 @@ from typing import Any
 import datasets
 import numpy as np
 
-from ..data.chat_template import ROLES
-from ..data.settings import DataSettings, seeded_unit
-from ..data.sources import resolve_files
+from .chat_template import ROLES
+from .settings import DataSettings, seeded_unit
+from .sources import resolve_files
 from ..errors import DataError
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import datasets
 import numpy as np
 
-from ..data.sources import plural
+from .sources import plural
 
 
 @dataclass
@@ -25,6 +25,7 @@ class ValidationSample:
     blocks: datasets.Dataset  # what the Trainer evaluates on: the split, or a `select` of it
     total: int  # blocks in the validation split
     eval_tokens: int | None  # the budget it was drawn for (None: no budget)
+    rows: str = "blocks"  # what a row is: packed "blocks" or "conversations"
 
     @property
     def sampled(self) -> bool:
@@ -33,9 +34,9 @@ class ValidationSample:
     def describe(self) -> str:
         """What the run's first lines say about its evaluations."""
         if not self.sampled:
-            return f"evaluation reads all {plural(self.total, 'validation block')}"
+            return f"evaluation reads all {plural(self.total, 'validation ' + self.rows[:-1])}"
         return (
-            f"evaluation reads a fixed sample of {len(self.blocks):,} of {self.total:,} validation blocks "
+            f"evaluation reads a fixed sample of {len(self.blocks):,} of {self.total:,} validation {self.rows} "
             f"(training.eval_tokens={self.eval_tokens:,})"
         )
 
@@ -48,15 +49,15 @@ def sample_indices(total: int, count: int, seed: int) -> np.ndarray:
 
 
 def validation_sample(
-    validation: datasets.Dataset, eval_tokens: int | None, block_size: int, seed: int
+    validation: datasets.Dataset, eval_tokens: int | None, block_size: int, seed: int, rows: str = "blocks"
 ) -> ValidationSample:
     """The validation blocks an evaluation reads: at most `eval_tokens` tokens' worth (at least one
     block), drawn with `seed`; the whole split when it is that small or `eval_tokens` is None."""
     total = len(validation)
     if eval_tokens is None or eval_tokens >= total * block_size:
-        return ValidationSample(validation, total, eval_tokens)
+        return ValidationSample(validation, total, eval_tokens, rows)
     indices = sample_indices(total, max(1, eval_tokens // block_size), seed)
-    return ValidationSample(validation.select(indices), total, eval_tokens)
+    return ValidationSample(validation.select(indices), total, eval_tokens, rows)
 
 
 __all__ = ["ValidationSample", "sample_indices", "validation_sample"]

@@ -13,8 +13,11 @@ tokens (long turns after the last reply) is a `DataError`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import torch
 
 from ..errors import ConfigError, DataError
 from .conversations import Conversation
@@ -108,4 +111,23 @@ def encode_conversations(
     return encoded
 
 
-__all__ = ["IGNORE_INDEX", "Encoded", "check_chat_tokenizer", "encode_conversations", "labelled"]
+class ChatCollator:
+    """`data_collator` for encoded conversations, padded on the right to the batch's longest (no
+    attention mask needed: attention is causal, and a pad's label is IGNORE_INDEX) (rows of `input_ids` and `labels` of any length)."""
+
+    def __init__(self, pad_token_id: int) -> None:
+        self.pad_token_id = pad_token_id
+
+    def __call__(self, rows: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        longest = max(len(row["input_ids"]) for row in rows)
+        input_ids = torch.full((len(rows), longest), self.pad_token_id, dtype=torch.long)  # (B, T)
+        labels = torch.full((len(rows), longest), IGNORE_INDEX, dtype=torch.long)  # (B, T)
+        for i, row in enumerate(rows):
+            n = len(row["input_ids"])
+            input_ids[i, :n] = torch.as_tensor(row["input_ids"], dtype=torch.long)
+            labels[i, :n] = torch.as_tensor(row["labels"], dtype=torch.long)
+        return {"input_ids": input_ids, "labels": labels}
+
+
+
+__all__ = ["IGNORE_INDEX", "ChatCollator", "Encoded", "check_chat_tokenizer", "encode_conversations", "labelled"]
