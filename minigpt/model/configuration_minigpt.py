@@ -23,17 +23,6 @@ MLP_TYPES = ("standard", "gated")
 ROPE_TYPES = ("default", *ROPE_INIT_FUNCTIONS)  # "default" is plain RoPE; the others scale it (Llama's set)
 # rope_parameters of a rotary config that gives none (transformers' defaults: unscaled, base 10000)
 PLAIN_ROPE = {"rope_type": "default", "rope_theta": 10000.0}
-# Options older configs saved and the model no longer has: (the one value it still implements, what
-# any other value would mean). A config.json carrying that value loads (the key is dropped); any other
-# value raises rather than build a model that silently differs from the one the config describes.
-RETIRED_OPTIONS = {
-    "residual_init": (
-        "scaled",
-        "output projections are initialised GPT-2's way only ('scaled'); trained weights do not depend on "
-        "it, so to load them delete the key from config.json",
-    ),
-    "final_logit_softcapping": (None, "MiniGPT no longer soft-caps logits, so it would compute other logits"),
-}
 
 
 def default_intermediate_size(hidden_size: int, mlp_type: str) -> int:
@@ -96,7 +85,6 @@ class MiniGPTConfig(PretrainedConfig):
     def __post_init__(self, **kwargs):
         if self.intermediate_size is None:
             self.intermediate_size = default_intermediate_size(self.hidden_size, self.mlp_type)
-        drop_retired_options(kwargs)
         rope_parameters = kwargs.pop("rope_parameters", None)
         if self.position_embedding_type == "rope":
             # Set before transformers' __post_init__, which then standardises it in place (rope_type and
@@ -175,15 +163,6 @@ class MiniGPTConfig(PretrainedConfig):
             self.validate_rope()  # transformers' per-type check: required keys such as `factor`
         except KeyError as err:
             raise ValueError(f"MiniGPTConfig.rope_parameters: {err.args[0]}") from None
-
-
-def drop_retired_options(kwargs: dict[str, Any]) -> None:
-    """Remove RETIRED_OPTIONS keys from a config's keyword arguments, or raise ValueError naming the
-    key when it holds a value the model no longer computes."""
-    for name, (kept_value, meaning) in RETIRED_OPTIONS.items():
-        value = kwargs.pop(name, kept_value)
-        if value != kept_value:
-            raise ValueError(f"MiniGPTConfig.{name}={value!r} is no longer supported: {meaning}")
 
 
 def drop_plain_rope_settings(rope_parameters: dict | None, kwargs: dict[str, Any]) -> None:
