@@ -3,7 +3,7 @@
 The package is laid out by pipeline stage, each importing only the stages below it:
 
     errors, atomic, distributed, cpu_load   leaf helpers every stage may use
-    model/       MiniGPTConfig, MiniGPTForCausalLM (the remote-code pair)
+    model/       MiniGPTConfig, MiniGPTForCausalLM, their options table (the remote code)
     data/        settings -> sources -> tokenizer -> packing, conversations -> corpus -> training_data
     export/      stock transformers architectures and GGUF, out and in
     hub/         store -> loading -> model_card, publishing
@@ -16,8 +16,8 @@ The package is laid out by pipeline stage, each importing only the stages below 
 
 The names below are imported on first use, so `import minigpt` imports nothing heavy (no torch),
 sleeps nowhere and changes nothing in the process or its environment; loading a run config never
-imports torch; importing the model (`minigpt.MiniGPTForCausalLM`, `minigpt.model`) registers
-MiniGPT with transformers' Auto classes.
+imports torch; taking a model class (`minigpt.MiniGPTForCausalLM`, `minigpt.model.MiniGPTConfig`)
+registers MiniGPT with transformers' Auto classes.
 """
 
 from __future__ import annotations

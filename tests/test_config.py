@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import importlib.util
 import re
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import pytest
 import yaml
 from conftest import load_script
+from transformers import PretrainedConfig
 
 from minigpt.errors import ConfigError, run_cli
+from minigpt.model.architecture_minigpt import OPTIONS
 from minigpt.model.configuration_minigpt import PLAIN_ROPE, MiniGPTConfig
 from minigpt.training.run_config import apply_override, build_run_config, load_run_config
 from minigpt.training.settings import (
     INIT_KEYS,
+    MANAGED_MODEL_FIELDS,
     HardwareSettings,
     ModelSettings,
     RunConfig,
@@ -29,6 +34,8 @@ CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
 HARDWARE_PROFILES = sorted((REPO / "configs" / "hardware").glob("*.yaml"))
 SMOKE = REPO / "configs" / "smoke.yaml"
 TRAIN_SCRIPT = REPO / "scripts" / "train.py"
+MODEL_DIR = REPO / "minigpt" / "model"
+SETTINGS_FILE = REPO / "minigpt" / "training" / "settings.py"
 
 
 def test_the_three_required_configs_are_shipped():
@@ -69,27 +76,105 @@ def test_every_key_in_shipped_yaml_has_a_comment(path):
     assert uncommented == []
 
 
-def test_model_section_mirrors_miniGPTConfig_fields():
+def test_the_config_and_the_model_section_are_declared_from_one_table():
     run = load_run_config(SMOKE)
     config = MiniGPTConfig(**run.model.architecture(), vocab_size=300, eos_token_id=0)
-    assert isinstance(config, MiniGPTConfig)
     assert (config.hidden_size, config.num_hidden_layers, config.vocab_size) == (32, 2, 300)
-    # rope_parameters is a MiniGPTConfig keyword, not a field: only a rotary config has the attribute.
-    keywords = {"rope_parameters"}
-    own = set(MiniGPTConfig.__annotations__) - {"vocab_size", "bos_token_id", "eos_token_id", "pad_token_id"}
-    assert set(run.model.architecture()) == (own | keywords) - {"use_cache"}
-    assert {f.name for f in dataclasses.fields(run.model)} == set(run.model.architecture()) | set(INIT_KEYS)
-    # The plain mirror (no torch at config time) keeps MiniGPTConfig's defaults and types.
-    mirrored = [f for f in dataclasses.fields(ModelSettings) if f.name not in {*INIT_KEYS, *keywords}]
-    for settings_field in mirrored:
-        name = settings_field.name
-        assert settings_field.default == getattr(MiniGPTConfig, name), name
-        assert str(settings_field.type) == str(MiniGPTConfig.__annotations__[name]), name
+    # MiniGPTConfig's own fields are the table's (rope_parameters, a keyword, aside), in its order,
+    # with its types and defaults; the section's are the init keys and the table's but the ones the
+    # tokenizer or generation decide.
+    inherited = {f.name for f in dataclasses.fields(PretrainedConfig)}
+    config_fields = [f for f in dataclasses.fields(MiniGPTConfig) if f.name not in inherited]
+    assert [(f.name, f.type, f.default) for f in config_fields] == [
+        (o.name, o.annotation, o.default) for o in OPTIONS if not o.keyword
+    ]
+    section = [o for o in OPTIONS if o.name not in MANAGED_MODEL_FIELDS]
+    assert [f.name for f in dataclasses.fields(ModelSettings)] == [*INIT_KEYS, *(o.name for o in section)]
+    hints = typing.get_type_hints(ModelSettings)  # what overrides are typed by
+    for option in section:
+        assert (hints[option.name], getattr(ModelSettings(), option.name)) == (option.annotation, option.default)
+    assert set(MANAGED_MODEL_FIELDS) < {o.name for o in OPTIONS}
     # rope_parameters' default (null) is plain RoPE for rotary positions and nothing for learned ones.
     default = ModelSettings().rope_parameters
     rotary = MiniGPTConfig(position_embedding_type="rope", rope_parameters=default)
     learned = MiniGPTConfig(position_embedding_type="learned", rope_parameters=default)
     assert rotary.rope_parameters == PLAIN_ROPE and not hasattr(learned, "rope_parameters")
+
+
+def test_neither_class_writes_an_option_of_its_own():
+    """The table is the only place an option is written: no annotated field in either class body."""
+    for path, name in ((MODEL_DIR / "configuration_minigpt.py", "MiniGPTConfig"), (SETTINGS_FILE, "ModelSettings")):
+        (body,) = [n for n in ast.parse(path.read_text()).body if isinstance(n, ast.ClassDef) and n.name == name]
+        written = {n.target.id for n in body.body if isinstance(n, ast.AnnAssign)}
+        assert not written & {o.name for o in OPTIONS}, (name, written)
+
+
+# (values, the key the message must name, what it must say after the key: {prefix} is the class's)
+BAD_MODEL_VALUES = [
+    ({"hidden_size": 0}, "hidden_size", "must be a positive integer"),
+    ({"num_attention_heads": 2.5}, "num_attention_heads", "must be a positive integer"),
+    ({"intermediate_size": -4}, "intermediate_size", "must be a positive integer or null"),
+    ({"hidden_size": 30}, "hidden_size", "must be divisible by {prefix}num_attention_heads (4), got 30"),
+    (
+        {"position_embedding_type": "rope", "hidden_size": 12, "num_attention_heads": 4},
+        "hidden_size",
+        "/ {prefix}num_attention_heads must be even for rope, got 3",
+    ),
+    ({"norm_type": "rmsnrm"}, "norm_type", "must be one of layernorm, rmsnorm, got 'rmsnrm'; did you mean 'rmsnorm'?"),
+    ({"mlp_type": "moe"}, "mlp_type", "must be one of standard, gated"),
+    ({"position_embedding_type": "alibi"}, "position_embedding_type", "must be one of learned, rope"),
+    ({"qk_norm": "yes"}, "qk_norm", "must be true or false"),
+    ({"hidden_dropout": 1.0}, "hidden_dropout", "must be in [0, 1)"),
+    ({"attention_dropout": -0.1}, "attention_dropout", "must be in [0, 1)"),
+    ({"layer_norm_epsilon": 0.0}, "layer_norm_epsilon", "must be positive"),
+    ({"initializer_range": -0.02}, "initializer_range", "must be positive"),
+]
+
+
+@pytest.mark.parametrize(
+    ("values", "key", "says"), BAD_MODEL_VALUES, ids=[" ".join(f"{k}={v}" for k, v in c[0].items()) for c in BAD_MODEL_VALUES]
+)
+def test_a_bad_model_value_is_reported_alike_by_the_config_and_the_section(values, key, says):
+    with pytest.raises(ValueError) as from_config:
+        MiniGPTConfig(**values)
+    with pytest.raises(ConfigError) as from_section:
+        ModelSettings(**values)
+    for error, prefix in ((from_config, "MiniGPTConfig."), (from_section, "model.")):
+        assert str(error.value).startswith(f"{prefix}{key} {says.format(prefix=prefix)}"), str(error.value)
+    # One check, one message: only the prefix differs.
+    assert str(from_config.value).replace("MiniGPTConfig.", "model.") == str(from_section.value)
+
+
+# Run first in a child Python: any import of torch or transformers fails, as it would if a bad
+# config were only reported after them.
+BLOCK_HEAVY_IMPORTS = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "transformers"):
+            raise ImportError(f"{name} imported while only a config was needed")
+sys.meta_path.insert(0, Block())
+"""
+
+
+def test_a_bad_model_key_or_value_is_reported_without_importing_torch():
+    child = BLOCK_HEAVY_IMPORTS + f"""
+from minigpt.errors import ConfigError
+from minigpt.training.run_config import load_run_config
+try:
+    load_run_config({str(SMOKE)!r}, ["model.norm_typ=rmsnorm"])
+except ConfigError as err:
+    print(err)
+import runpy
+sys.argv = ["train.py", {str(SMOKE)!r}, "model.norm_type=rmsnrm"]
+runpy.run_path({str(TRAIN_SCRIPT)!r}, run_name="__main__")
+"""
+    result = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert result.stdout == "unknown key model.norm_typ; did you mean 'model.norm_type'?\n"
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (
+        "error: model.norm_type must be one of layernorm, rmsnorm, got 'rmsnrm'; did you mean 'rmsnorm'?\n"
+    )
 
 
 def test_rope_parameters_reach_the_model_and_a_bad_one_names_the_key():

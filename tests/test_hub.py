@@ -69,6 +69,7 @@ def test_two_pushes_make_two_commits_with_refs_history_and_hub_layout(published,
 
     expected = {
         "README.md",
+        "architecture_minigpt.py",
         "config.json",
         "configuration_minigpt.py",
         "generation_config.json",
@@ -114,7 +115,7 @@ def test_unchanged_files_are_stored_once(published):
     blobs = {p.name for p in (hub_dir / "models--minigpt-test--tiny-shakespeare" / "blobs").iterdir()}
     assert blobs == set(first.files.values()) | set(newer.files.values())
     shared = {name for name in first.files if first.files[name] == newer.files.get(name)}
-    assert {"tokenizer.json", "modeling_minigpt.py", "configuration_minigpt.py"} <= shared
+    assert {"tokenizer.json", "modeling_minigpt.py", "configuration_minigpt.py", "architecture_minigpt.py"} <= shared
     assert first.files["model.safetensors"] != newer.files["model.safetensors"]
     assert len(blobs) < len(first.files) + len(newer.files)
 

@@ -22,7 +22,8 @@ def test_save_load_round_trip_is_bit_exact_and_safetensors_only(tmp_path):
     files = sorted(p.name for p in tmp_path.iterdir())
     assert "model.safetensors" in files
     assert not [f for f in files if f.endswith((".bin", ".pt", ".pth", ".pkl"))]
-    assert {"configuration_minigpt.py", "modeling_minigpt.py"} <= set(files)
+    # the remote code: the model and config files and the options table the config file imports
+    assert {"architecture_minigpt.py", "configuration_minigpt.py", "modeling_minigpt.py"} <= set(files)
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["model_type"] == "minigpt"
     assert config["auto_map"]["AutoModelForCausalLM"] == "modeling_minigpt.MiniGPTForCausalLM"

@@ -181,29 +181,6 @@ def test_invalid_config_values_raise_value_error_naming_the_field(field, value):
         tiny_model_config(**{field: value})
 
 
-def test_a_saved_config_with_a_removed_option_loads_only_at_the_value_the_model_still_computes(tmp_path):
-    import json
-
-    model = tiny_model()
-    model.save_pretrained(tmp_path)
-    saved = json.loads((tmp_path / "config.json").read_text())
-    ids = torch.randint(2, 300, (1, 8), generator=torch.Generator().manual_seed(16))
-    # Configs saved before the options were removed carry them at their defaults: these load, the
-    # keys dropped, and compute what they were saved with.
-    old = dict(saved, residual_init="scaled", final_logit_softcapping=None)
-    (tmp_path / "config.json").write_text(json.dumps(old))
-    loaded = MiniGPTForCausalLM.from_pretrained(tmp_path).eval()
-    for option in ("residual_init", "final_logit_softcapping"):
-        assert not hasattr(loaded.config, option) and option not in loaded.config.to_dict()
-    with torch.no_grad():
-        assert torch.equal(loaded(ids).logits, model(ids).logits)
-    # A value the model no longer implements is refused at load, naming the key and the value.
-    for option, value in (("residual_init", "zero"), ("final_logit_softcapping", 30.0)):
-        (tmp_path / "config.json").write_text(json.dumps(dict(saved, **{option: value})))
-        with pytest.raises(ValueError, match=rf"MiniGPTConfig\.{option}={value!r} is no longer supported"):
-            MiniGPTForCausalLM.from_pretrained(tmp_path)
-
-
 def test_config_round_trips_through_dict():
     config = tiny_model_config(position_embedding_type="rope", bias=False)
     again = MiniGPTConfig.from_dict(config.to_dict())

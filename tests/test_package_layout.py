@@ -139,17 +139,26 @@ def test_no_import_circle_anywhere_in_the_package():
     assert find_cycle(graph) is None
 
 
-def test_remote_code_pair_imports_only_torch_transformers_and_each_other():
+def imported_roots(path: Path) -> set[str]:
+    """Top-level names of what `path` imports; a relative import as ".module"."""
+    roots = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            roots |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            roots.add("." + (node.module or "") if node.level else node.module.split(".")[0])
+    return roots
+
+
+def test_remote_code_files_import_only_torch_transformers_and_each_other():
+    """What save_pretrained ships beside the weights: the config and model files and the options
+    table they read, which the run config reads too and so imports the standard library only."""
     for filename in ("configuration_minigpt.py", "modeling_minigpt.py"):
-        tree = ast.parse((PACKAGE / "model" / filename).read_text(encoding="utf-8"))
-        roots = set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                roots |= {a.name.split(".")[0] for a in node.names}
-            elif isinstance(node, ast.ImportFrom):
-                roots.add("." + (node.module or "") if node.level else node.module.split(".")[0])
         allowed = {"__future__", "copy", "math", "collections", "typing", "dataclasses", "torch", "transformers"}
-        assert roots - allowed <= {".configuration_minigpt"}, filename
+        siblings = {".configuration_minigpt", ".architecture_minigpt"}
+        assert imported_roots(PACKAGE / "model" / filename) - allowed <= siblings, filename
+    table = imported_roots(PACKAGE / "model" / "architecture_minigpt.py")
+    assert table <= set(sys.stdlib_module_names) | {"__future__"}, table
 
 
 def run_python(code: str, prelude: str = "") -> subprocess.CompletedProcess:

@@ -18,6 +18,7 @@ import yaml
 
 from ..data.settings import DataSettings, TokenizerSettings
 from ..errors import ConfigError
+from ..model.architecture_minigpt import OPTIONS, check_architecture, declare_fields
 
 # MiniGPTConfig fields a run config may not set, and why. The tokenizer decides the vocabulary
 # size and special-token ids (len(tokenizer), not tokenizer.vocab_size, which is only a target),
@@ -30,11 +31,8 @@ MANAGED_MODEL_FIELDS = {
     "use_cache": "it is a generation setting (final/ always saves use_cache: true)",
 }
 
-POSITION_EMBEDDING_TYPES = ("learned", "rope")  # as in MiniGPTConfig
-NORM_TYPES = ("layernorm", "rmsnorm")  # as in MiniGPTConfig
-MLP_TYPES = ("standard", "gated")  # as in MiniGPTConfig
 # `model:` keys that say where the weights start from, not what the architecture is (the other
-# keys mirror MiniGPTConfig). With `init_from` set, the architecture comes from the base model.
+# keys are MiniGPTConfig's options). With `init_from` set, the architecture comes from the base model.
 INIT_KEYS = ("init_from", "init_revision", "init_hub_dir")
 ATTN_IMPLEMENTATIONS = ("auto", "eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
 LR_SCHEDULER_TYPES = (
@@ -54,12 +52,12 @@ REPORT_TO_CHOICES = ("none", "tensorboard", "wandb", "trackio", "mlflow", "all")
 
 @dataclass
 class ModelSettings:
-    """The `model:` section: where the weights start, and MiniGPTConfig's architecture fields.
+    """The `model:` section: where the weights start, and MiniGPTConfig's architecture options.
 
-    The architecture fields are a plain mirror of MiniGPTConfig (see model/configuration_minigpt.py),
-    so that a run config loads without importing torch; a test checks that their names, types and
-    defaults equal MiniGPTConfig's. The vocabulary and special-token ids are not here: they come
-    from the tokenizer (MANAGED_MODEL_FIELDS).
+    The architecture keys are declared from the table MiniGPTConfig is declared from
+    (model/architecture_minigpt.py: names, types, defaults, meanings, checks), which imports only
+    the standard library, so a run config loads without importing torch. The vocabulary and
+    special-token ids are not here: they come from the tokenizer (MANAGED_MODEL_FIELDS).
 
     With `init_from`, the run starts from a trained model (continued pretraining, fine-tuning) with a
     fresh optimizer, schedule and step count: the architecture, vocabulary and tokenizer are the
@@ -75,26 +73,10 @@ class ModelSettings:
     init_from: str | None = None
     init_revision: str | None = None  # ORG/NAME only: branch, tag or commit (null: main)
     init_hub_dir: str | None = None  # ORG/NAME only: the hub folder (null: $HF_HUB_CACHE, else ./hub)
-    hidden_size: int = 128  # width of the residual stream
-    num_hidden_layers: int = 4  # transformer blocks
-    num_attention_heads: int = 4  # heads per attention layer; must divide hidden_size
-    intermediate_size: int | None = None  # MLP width; None: 4 * hidden_size (standard), ~8/3 * (gated)
-    max_position_embeddings: int = 256  # longest sequence (prompt + generated) the model accepts
-    position_embedding_type: str = "learned"  # "learned" (GPT-2) or "rope" (rotary, RoFormer)
-    # Rotary settings for "rope", in transformers' format ({rope_type: linear, factor: 4.0, rope_theta:
-    # ...}); null is plain RoPE with rope_theta 10000. Checked in full when the model is built (learned
-    # positions take none). MiniGPTConfig takes it as a keyword, and only a rotary config keeps it.
-    rope_parameters: dict | None = None
-    hidden_act: str = "gelu_pytorch_tanh"  # MLP activation, any name in transformers' ACT2FN
-    mlp_type: str = "standard"  # "standard" (GPT-2) or "gated": SwiGLU with hidden_act silu (Llama)
-    norm_type: str = "layernorm"  # "layernorm" (GPT-2) or "rmsnorm" (Llama)
-    qk_norm: bool = False  # RMSNorm on each head's queries and keys (Qwen3); exports to qwen3 with rope
-    hidden_dropout: float = 0.0  # dropout on embeddings and residual branches
-    attention_dropout: float = 0.0  # dropout on attention probabilities
-    bias: bool = True  # biases in linear layers and layer norms (False is faster, as in nanoGPT)
-    layer_norm_epsilon: float = 1e-5  # epsilon of every norm (LayerNorm, RMSNorm, QK-norm)
-    initializer_range: float = 0.02  # std of the normal init of matrices and embeddings (GPT-2)
-    tie_word_embeddings: bool = True  # share the input embedding with the output head
+    # The architecture keys, after the init keys: the table's options (rope_parameters included, null
+    # by default: plain RoPE for rotary positions, checked in full when the model is built) but those
+    # the tokenizer or generation decide.
+    declare_fields(vars(), (option for option in OPTIONS if option.name not in MANAGED_MODEL_FIELDS))
 
     def architecture(self) -> dict[str, Any]:
         """The MiniGPTConfig fields of this section (every key but INIT_KEYS)."""
@@ -106,42 +88,10 @@ class ModelSettings:
                 require(getattr(self, name) is None, f"model.{name}", "needs model.init_from", getattr(self, name))
         else:
             require(bool(self.init_from.strip()), "model.init_from", "must name a model or be null", self.init_from)
-        for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "max_position_embeddings"):
-            require(
-                getattr(self, name) > 0, f"model.{name}", "must be a positive integer", getattr(self, name)
-            )
-        if self.intermediate_size is not None:
-            require(
-                self.intermediate_size > 0,
-                "model.intermediate_size",
-                "must be positive or null",
-                self.intermediate_size,
-            )
-        require(
-            self.hidden_size % self.num_attention_heads == 0,
-            "model.hidden_size",
-            f"must be divisible by model.num_attention_heads ({self.num_attention_heads})",
-            self.hidden_size,
-        )
-        require_choice(
-            self.position_embedding_type, POSITION_EMBEDDING_TYPES, "model.position_embedding_type"
-        )
-        require_choice(self.norm_type, NORM_TYPES, "model.norm_type")
-        require_choice(self.mlp_type, MLP_TYPES, "model.mlp_type")
-        if self.position_embedding_type == "rope":
-            head_dim = self.hidden_size // self.num_attention_heads
-            require(
-                head_dim % 2 == 0,
-                "model.hidden_size / num_attention_heads",
-                "must be even for rope",
-                head_dim,
-            )
-        for name in ("hidden_dropout", "attention_dropout"):
-            require(
-                0.0 <= getattr(self, name) < 1.0, f"model.{name}", "must be in [0, 1)", getattr(self, name)
-            )
-        for name in ("layer_norm_epsilon", "initializer_range"):
-            require(getattr(self, name) > 0, f"model.{name}", "must be positive", getattr(self, name))
+        try:
+            check_architecture(self.architecture(), prefix="model.")
+        except ValueError as err:  # the message names the key as the YAML has it
+            raise ConfigError(str(err)) from None
 
 
 @dataclass
