@@ -4,7 +4,7 @@ The package is laid out by pipeline stage, each importing only the stages below 
 
     errors, atomic, distributed, cpu_load   leaf helpers every stage may use
     model/       MiniGPTConfig, MiniGPTForCausalLM, their options table (the remote code)
-    data/        settings -> sources -> tokenizer -> packing, conversations -> corpus -> training_data
+    data/        settings -> sources -> tokenizer -> packing, conversations -> corpus -> run_data (what training gets)
     export/      stock transformers architectures and GGUF, out and in
     hub/         store -> loading -> model_card, publishing
     generation/  sampling from a model (the CLI, the app and training's samples)

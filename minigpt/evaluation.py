@@ -46,13 +46,13 @@ from .data.packing import data_tokenizer, tokenize_batch
 from .data.settings import DataSettings
 from .data.sources import arrow_batches, load_raw_corpus, plural, resolve_files
 from .data.token_bytes import token_byte_lengths
+from .data.validation_sample import sample_indices
 from .errors import ConfigError, DataError
 from .hub.loading import load_model, load_tokenizer
 from .progress import datasets_progress_bars
 from .training.checkpoints import RESOLVED_CONFIG_NAME
 from .training.run_config import build_section
 from .training.text_scores import IGNORE_INDEX, SCORE_COLUMNS, next_token_scores
-from .data.validation_sample import sample_indices
 
 METRIC_PATH = Path(__file__).resolve().parent / "metrics" / "bits_per_byte"
 

@@ -60,7 +60,7 @@ def slow_packing(swallow_first_interrupt: bool = False) -> None:
 
 
 def slow_evaluation() -> None:
-    from minigpt.training.trainer import MiniGPTTrainer  # its prediction_step scores each block itself
+    from minigpt.training.trainer import MiniGPTTrainer  # Trainer's prediction_step, slowed below
 
     real = MiniGPTTrainer.prediction_step
 

@@ -6,8 +6,7 @@ tests/test_memory_estimate.py.
 With a fixed mmap threshold glibc serves every block above it with mmap and unmaps it when freed,
 so the resident set follows the live tensors. For each case: the resident set before the model is
 built; two training steps as Trainer takes them (autocast forward with labels, backward for each
-micro-batch, clipping, fused AdamW, gradients set to None), the CPU run's RMSNorm kernel swapped in
-as run.py does; then an evaluation forward under no_grad. The kernel's high-water mark (VmHWM,
+micro-batch, clipping, fused AdamW, gradients set to None); then an evaluation forward under no_grad. The kernel's high-water mark (VmHWM,
 reset through /proc/self/clear_refs) gives each peak; what stays resident after the model, the
 optimizer and every tensor are deleted (BLAS and oneDNN workspaces, the allocator's small blocks) is
 subtracted, so the figures count tensors, as the estimate does. Prints one JSON line:
@@ -24,7 +23,6 @@ import sys
 import torch
 
 from minigpt import MiniGPTConfig, MiniGPTForCausalLM
-from minigpt.training.cpu_kernels import cpu_training_kernels
 
 
 def resident(field: str = "VmRSS") -> int:
@@ -59,23 +57,22 @@ def measure(case: dict) -> dict[str, int]:
     def autocast() -> contextlib.AbstractContextManager:
         return torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
 
-    with cpu_training_kernels(model, True):
-        reset_high_water_mark()
-        for _step in range(2):  # the second step holds the optimizer states from the first
-            for _micro_batch in range(case["gradient_accumulation_steps"]):
-                with autocast():
-                    loss = model(input_ids=ids, labels=ids).loss
-                loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-        training = resident("VmHWM") - base
-        model.eval()
-        eval_ids = ids[: case["eval_batch_size"]]
-        reset_high_water_mark()
-        with torch.no_grad(), autocast():
-            model(input_ids=eval_ids, labels=eval_ids)
-        evaluation = resident("VmHWM") - base
+    reset_high_water_mark()
+    for _step in range(2):  # the second step holds the optimizer states from the first
+        for _micro_batch in range(case["gradient_accumulation_steps"]):
+            with autocast():
+                loss = model(input_ids=ids, labels=ids).loss
+            loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    training = resident("VmHWM") - base
+    model.eval()
+    eval_ids = ids[: case["eval_batch_size"]]
+    reset_high_water_mark()
+    with torch.no_grad(), autocast():
+        model(input_ids=eval_ids, labels=eval_ids)
+    evaluation = resident("VmHWM") - base
     del model, optimizer, loss, ids, eval_ids
     gc.collect()
     library = resident() - base

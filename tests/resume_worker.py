@@ -198,13 +198,13 @@ def train(options: argparse.Namespace, controller: StopController) -> dict | Non
     resolved = {"model": config.to_diff_dict(), "data": {"num_samples": options.num_samples}}
     callbacks = [
         PrintSteps(pause_ender, options.pause_after_step, options.pause, options.pid_dir),
-        CompleteCheckpointCallback(yaml.safe_dump(resolved, sort_keys=False), options.save_total_limit),
     ]
     if options.kill_at_step is not None:
         callbacks.append(KillAtStep(options.kill_at_step))
     if options.stop_at_step is not None:
         callbacks.append(RequestStopAtStep(controller, options.stop_at_step))
-    callbacks.append(StopTrainingCallback(controller))  # last: it sees a stop asked at this step
+    callbacks.append(StopTrainingCallback(controller))  # it sees a stop asked at this step
+    callbacks.append(CompleteCheckpointCallback(yaml.safe_dump(resolved, sort_keys=False), options.save_total_limit))
     KillInSaveTrainer.kill_in_save_at = options.kill_in_save_at
     model = MiniGPTForCausalLM(config)
     optimizer = None  # Trainer's own AdamW

@@ -243,7 +243,7 @@ def test_resume_of_a_run_from_a_base_is_bit_exact_after_sigkill_and_never_reads_
     )
     deadline = time.monotonic() + 240
     while (
-        not (output_dir / "checkpoint-4").is_dir() and process.poll() is None and time.monotonic() < deadline
+        not (output_dir / "checkpoint-4" / "checkpoint_complete.json").is_file() and process.poll() is None and time.monotonic() < deadline
     ):
         time.sleep(0.01)
     process.send_signal(signal.SIGKILL)

@@ -10,10 +10,9 @@ import torch
 from chat_fixtures import CONVERSATION, chat_tokenizer
 from conftest import REPO_ROOT, tiny_model
 
-from minigpt.data.chat_encoding import ChatCollator
-from minigpt.data.conversations import Conversation, check_conversation
-from minigpt.data.chat_encoding import IGNORE_INDEX, encode_conversations
 from minigpt.chat.shakespeare_dialogue import build_chat_data, dialogues, parse_speeches, validation_start
+from minigpt.data.chat_encoding import IGNORE_INDEX, ChatCollator, encode_conversations
+from minigpt.data.conversations import Conversation, check_conversation
 from minigpt.errors import ConfigError, DataError
 
 SHIPPED = REPO_ROOT / "data" / "shakespeare-chat"

@@ -216,6 +216,6 @@ def test_a_repeat_within_a_second_is_the_launchers_copy_and_a_later_one_aborts(m
         os.kill(os.getpid(), signal.SIGINT)
         os.kill(os.getpid(), signal.SIGINT)  # accelerate launch forwards the terminal's Ctrl-C
         assert controller.stop_requested and exits == []
-        controller._first_signal_at -= interrupt.DUPLICATE_SIGNAL_WINDOW_S  # a second later
+        controller.first_signal_at -= interrupt.DUPLICATE_SIGNAL_WINDOW_S  # a second later
         os.kill(os.getpid(), signal.SIGINT)
         assert exits == [128 + signal.SIGINT]

@@ -180,7 +180,7 @@ runpy.run_path({str(TRAIN_SCRIPT)!r}, run_name="__main__")
 def test_rope_parameters_reach_the_model_and_a_bad_one_names_the_key():
     from conftest import build_tiny_tokenizer
 
-    from minigpt.training.new_model import build_model_config
+    from minigpt.training.run import build_model_config
 
     rope = ["model.position_embedding_type=rope"]
     run = load_run_config(SMOKE, [*rope, "model.rope_parameters={rope_type: linear, factor: 2.0}"])

@@ -23,7 +23,7 @@ import torch
 from conftest import PYTHON, REPO_ROOT, small_run_overrides, write_small_corpus
 from safetensors.torch import load_file
 
-from minigpt.training.checkpoints import checkpoint_problems
+from minigpt.training.checkpoints import checkpoint_problems, mark_complete
 
 STEPS = 20
 # Dropout off (each process would draw its own masks); 4 blocks x 2 processes = the one-process batch.
@@ -171,19 +171,20 @@ def test_two_machines_give_the_one_machine_loss_curve_with_one_writer(one_machin
         assert b == pytest.approx(a, rel=1e-6), f"two machines differ from one at step {step}"
     # The global main process prints and writes the run; machine 1's first (local main) process
     # neither prints nor writes: not the tokenizer or the data cache (it waits for machine 0's),
-    # not a checkpoint file (its RNG state comes natively from torch.save into machine 0's staging folder).
+    # not a checkpoint file (its RNG state comes natively from torch.save into the folder machine 0 made).
     main, other = machines
     assert main.stdout.count(f"done: {STEPS} steps") == 1 and "done:" not in other.stdout
     assert "parameters:" not in other.stdout and "tokenizer" not in other.stdout
     assert other.writes == []
     written = {tuple(event) for event in main.writes}
-    for published in ("run/checkpoint-10", "run/final", "tokenizer"):  # the audit sees every kind
+    # The audit sees every kind: a checkpoint's marker, the final model, the tokenizer (renamed into place).
+    for published in ("run/checkpoint-10/checkpoint_complete.json", "run/final", "tokenizer"):
         assert any(event[0] == "os.rename" and event[-1] == published for event in written), published
     for step in (10, STEPS):
         checkpoint = folder / f"checkpoint-{step}"
         assert checkpoint_problems(checkpoint) == []
         assert sorted(p.name for p in checkpoint.glob("rng_state*")) == ["rng_state_0.pth", "rng_state_1.pth"]
-    assert not list(folder.glob(".*"))  # no staging folder or marker left
+    assert not list(folder.glob(".*"))  # no temporary file left
 
 
 def test_machines_that_do_not_share_the_output_dir_stop_at_the_start(tmp_path, subprocess_env):
@@ -306,6 +307,7 @@ def test_checkpoint_problems_reads_both_fsdp_layouts(tmp_path):
     save_file(weights, full / "model.safetensors")
     torch.save(weights, full / "pytorch_model_fsdp.bin")
     torch.save({"state": {"w": {"exp_avg": weights["w"]}}}, full / "optimizer.bin")
+    mark_complete(full)
     assert checkpoint_problems(full) == []
     _truncate(full / "model.safetensors")
     (full / "optimizer.bin").unlink()
@@ -316,10 +318,14 @@ def test_checkpoint_problems_reads_both_fsdp_layouts(tmp_path):
     with pytest.warns(UserWarning, match="single process"):  # one process writes what two would share
         dcp.save({"model": weights}, storage_writer=dcp.FileSystemWriter(sharded / "pytorch_model_fsdp_0"))
         dcp.save({"optimizer": {"w": weights["w"] * 2}}, storage_writer=dcp.FileSystemWriter(sharded / "optimizer_0"))
+    mark_complete(sharded)
     assert checkpoint_problems(sharded) == []
     (sharded / "pytorch_model_fsdp_0" / ".metadata").unlink()
     _truncate(next((sharded / "optimizer_0").glob("*.distcp")))
+    # The marker's sizes name both, and so do the checks of each torch.distributed.checkpoint folder.
     assert checkpoint_problems(sharded) == [
+        "optimizer_0/__0_0.distcp is truncated or unreadable",
+        "pytorch_model_fsdp_0/.metadata is missing",
         "pytorch_model_fsdp_0/.metadata is missing or unreadable",
         "optimizer_0/__0_0.distcp is truncated",
     ]

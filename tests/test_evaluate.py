@@ -25,6 +25,7 @@ from transformers import TrainingArguments, default_data_collator
 from minigpt.data.corpus import prepare_corpus
 from minigpt.data.settings import DataSettings
 from minigpt.data.token_bytes import token_byte_lengths
+from minigpt.data.validation_sample import validation_sample
 from minigpt.evaluation import (
     METRIC_PATH,
     block_windows,
@@ -33,8 +34,7 @@ from minigpt.evaluation import (
     plan_windows,
 )
 from minigpt.hub.loading import load_model, load_tokenizer, resolve_model
-from minigpt.training.trainer import MiniGPTTrainer
-from minigpt.data.validation_sample import validation_sample
+from minigpt.training.trainer import MiniGPTTrainer, TextScores
 
 EVALUATE = REPO_ROOT / "scripts" / "evaluate.py"
 CONTEXT = 64  # tiny_model's max_position_embeddings
@@ -229,15 +229,17 @@ def training_evaluation(model, tokenizer, blocks, tmp_path) -> dict[str, float]:
         per_device_eval_batch_size=32,
         report_to="none",
         use_cpu=True,
-        prediction_loss_only=True,
+        prediction_loss_only=False,
         disable_tqdm=True,
     )
+    scores = TextScores(token_byte_lengths(tokenizer))
     trainer = MiniGPTTrainer(
         model=model,
         args=args,
         eval_dataset=blocks,
         data_collator=default_data_collator,
-        token_bytes=torch.as_tensor(token_byte_lengths(tokenizer)),
+        preprocess_logits_for_metrics=scores.preprocess_logits_for_metrics,
+        compute_metrics=scores.compute_metrics,
     )
     return trainer.evaluate()
 

@@ -162,7 +162,7 @@ def test_saved_model_generates_max_new_tokens_without_a_warning_and_pipelines_st
     from conftest import tiny_model
     from transformers import AutoModelForCausalLM, pipeline
 
-    from minigpt.training.new_model import generation_defaults
+    from minigpt.training.run import generation_defaults
     from minigpt.training.settings import TrainingSettings
 
     model = tiny_model(seed=0)

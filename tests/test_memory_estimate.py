@@ -22,7 +22,6 @@ import torch
 from conftest import ARCHITECTURES, PYTHON, QWEN3_BLOCK, tiny_model_config
 
 from minigpt import MiniGPTConfig, MiniGPTForCausalLM
-from minigpt.training.cpu_kernels import cpu_training_kernels
 from minigpt.training.hardware import cpu_has_fast_bf16
 from minigpt.training.memory_estimate import (
     MemoryEstimate,
@@ -49,7 +48,7 @@ def test_parameter_count_is_the_models_on_the_meta_device(options):
     assert parameter_count(config) == sum(p.numel() for p in model.parameters())
 
 
-def saved_bytes(model: MiniGPTForCausalLM, batch: int, precision: str, attention: str, cpu_rmsnorm: bool) -> int:
+def saved_bytes(model: MiniGPTForCausalLM, batch: int, precision: str, attention: str) -> int:
     """Bytes of the storages autograd saves in one training forward with labels, weights excluded."""
     config = model.config
     model.set_attn_implementation(attention)
@@ -63,7 +62,7 @@ def saved_bytes(model: MiniGPTForCausalLM, batch: int, precision: str, attention
 
     ids = torch.randint(0, config.vocab_size, (batch, config.max_position_embeddings))  # (B, T)
     bf16 = torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
-    with cpu_training_kernels(model, cpu_rmsnorm), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         with bf16:
             model(input_ids=ids, labels=ids)
     # bf16: autocast's weight copies are saved too; they do not grow with the batch, so the
@@ -71,10 +70,10 @@ def saved_bytes(model: MiniGPTForCausalLM, batch: int, precision: str, attention
     return sum(n for address, n in saved.items() if address not in weights)
 
 
-def per_token(model: MiniGPTForCausalLM, precision: str, attention: str, cpu_rmsnorm: bool) -> float:
+def per_token(model: MiniGPTForCausalLM, precision: str, attention: str) -> float:
     """Saved bytes per token: batch 4 less batch 2, what grows with the tokens. Batch 1 is left out:
     a single row lets eager attention's matmuls view q, k, v where any larger batch copies them."""
-    four, two = (saved_bytes(model, batch, precision, attention, cpu_rmsnorm) for batch in (4, 2))
+    four, two = (saved_bytes(model, batch, precision, attention) for batch in (4, 2))
     return (four - two) / (2 * model.config.max_position_embeddings)
 
 
@@ -94,18 +93,16 @@ def test_activation_bytes_per_token_are_the_saved_tensors_on_a_cpu(options):
         config.use_cache = False  # as Trainer trains: no KV cache
         models[layers] = MiniGPTForCausalLM(config).train()
     checked = []
-    rms = options.get("norm_type") == "rmsnorm" or options.get("qk_norm", False)
     for precision, attention in [("fp32", "sdpa"), ("bf16", "sdpa"), ("bf16", "eager"), ("fp32", "eager")]:
-        for cpu_rmsnorm in (True, False) if rms else (False,):
-            setting = (precision, attention, cpu_rmsnorm)
-            one, two = (per_token(models[layers], *setting) for layers in (1, 2))
-            layer, head = two - one, one - (two - one)
-            config = models[1].config
-            expected = (
-                layer_activation_bytes(config, precision, attention, "cpu", T, cpu_rmsnorm),
-                head_activation_bytes(config, precision, "cpu", cpu_rmsnorm),
-            )
-            checked.append((setting, (layer, head), expected))
+        setting = (precision, attention)
+        one, two = (per_token(models[layers], *setting) for layers in (1, 2))
+        layer, head = two - one, one - (two - one)
+        config = models[1].config
+        expected = (
+            layer_activation_bytes(config, precision, attention, "cpu", T),
+            head_activation_bytes(config, precision, "cpu"),
+        )
+        checked.append((setting, (layer, head), expected))
     wrong = [c for c in checked if c[1] != pytest.approx(c[2], rel=0.01)]
     assert not wrong, f"(setting, measured (layer, head), estimated): {wrong}"
 
@@ -121,7 +118,6 @@ def estimate_for(case: dict) -> MemoryEstimate:
         activation_checkpointing=case["activation_checkpointing"],
         gradient_accumulation_steps=case["gradient_accumulation_steps"],
         eval_batch_size=case["eval_batch_size"],
-        cpu_rmsnorm=True,  # the CPU run's RMSNorm (run.py), which the worker swaps in too
     )
 
 

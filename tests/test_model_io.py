@@ -12,7 +12,7 @@ from transformers import AutoTokenizer
 
 from minigpt import MiniGPTForCausalLM
 from minigpt.data.tokenizer import load_tokenizer
-from minigpt.training.new_model import generation_defaults
+from minigpt.training.run import generation_defaults
 from minigpt.training.settings import TrainingSettings
 
 

@@ -161,12 +161,10 @@ def slow_matmul(flops_per_second: float):
     return matmul
 
 
-def test_a_run_faster_than_a_slow_measured_peak_measures_it_once_and_reports_no_mfu_over_100(
-    tmp_path, monkeypatch, capsys
-):
-    """The slow-peak case of an AVX2 CPU in bf16: a peak far below what training reaches, so MFU is
-    above it in every log window. The run measures once, in at most a couple of seconds, and never
-    again; every MFU it logs is at most 100%; it says so once and caches the rate reached."""
+def test_a_slow_measured_peak_is_measured_once_within_its_time_and_kept_as_measured(tmp_path, monkeypatch):
+    """The slow-peak case of an AVX2 CPU in bf16: a peak far below what training reaches. The run
+    measures once, in at most a couple of seconds, and never again; MFU is reported against that
+    measured peak (above 100% here, which says the peak is low), and the cache keeps the measurement."""
     from conftest import small_run, write_small_corpus
 
     from minigpt.training.run import run_training
@@ -188,9 +186,6 @@ def test_a_run_faster_than_a_slow_measured_peak_measures_it_once_and_reports_no_
     assert len(spent) == 1 and spent[0] < 2.5, spent
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     mfus = [r["mfu"] for r in records if "mfu" in r]
-    assert len(mfus) >= 8 and max(mfus) <= 1.0 and mfus[0] == 1.0
-    err = capsys.readouterr().err
-    assert err.count("MFU: training reached") == 1, err[-2000:]
+    assert len(mfus) >= 8 and min(mfus) > 1.0  # training beats the low peak in every window
     cached = json.loads((tmp_path / "cache" / "peak_flops.json").read_text())
-    assert next(iter(cached.values()))["how"] == "a rate training reached"
-    assert next(iter(cached.values()))["flops"] > 1e7
+    assert next(iter(cached.values()))["how"].startswith("measured")

@@ -16,7 +16,7 @@ import torch
 import yaml
 from transformers import TrainerCallback
 
-from minigpt.data.training_data import prepare_training_data
+from minigpt.data.run_data import prepare_run_data
 from minigpt.errors import ConfigError
 from minigpt.training.callbacks import (
     MetricsFileCallback,
@@ -216,7 +216,7 @@ def tiny_trainer(tmp_path, tokenizer_dir, *overrides):
 
     run = smoke_run(tmp_path, tokenizer_dir, *overrides)
     tokenizer = load_or_train_tokenizer(run.tokenizer, run.data)
-    data = prepare_training_data(run.data, tokenizer, seed=run.training.seed, eval_tokens=run.training.eval_tokens)
+    data = prepare_run_data(run.data, tokenizer, seed=run.training.seed, eval_tokens=run.training.eval_tokens)
     model = new_model(build_model_config(run.model, tokenizer), run)
     return build_trainer(run, training_arguments(run), model, tokenizer, data)
 

@@ -12,7 +12,7 @@ from transformers import TrainerCallback, TrainerState
 
 from minigpt.data.packing import block_features
 from minigpt.data.training_blocks import TrainingBlocks, epoch_offset
-from minigpt.training.callbacks import EpochOffsetCallback
+from minigpt.training.callbacks import EpochCallback
 from minigpt.training.interrupt import StopController
 from minigpt.training.run import run_training
 
@@ -131,5 +131,5 @@ def test_the_callback_takes_the_epoch_from_the_trainer_state(trainer_epoch, epoc
     """At an epoch's start state.epoch is that epoch; on resume it is the epochs trained plus a fraction."""
     stream = np.arange(10 * BLOCK)
     dataset = TrainingBlocks(packed(stream, 1), seed=5, shift=True)
-    EpochOffsetCallback(dataset).on_epoch_begin(None, TrainerState(epoch=trainer_epoch), None)
+    EpochCallback(dataset.start_epoch).on_epoch_begin(None, TrainerState(epoch=trainer_epoch), None)
     assert dataset.epoch == epoch and dataset.offset == epoch_offset(5, epoch, BLOCK)

@@ -13,10 +13,10 @@ from conftest import REPO_ROOT, small_run, write_small_corpus
 
 from minigpt.data.corpus import prepare_corpus
 from minigpt.data.tokenizer import load_tokenizer
+from minigpt.data.validation_sample import sample_indices, validation_sample
 from minigpt.training.run import run_training
 from minigpt.training.run_config import load_run_config
 from minigpt.training.trainer import MiniGPTTrainer
-from minigpt.data.validation_sample import sample_indices, validation_sample
 
 
 def test_sample_indices_are_distinct_ascending_and_fixed_by_the_seed():

@@ -27,10 +27,8 @@ def make_chat_ready(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) 
     - the model's generation config stops at `<|im_end|>` as well as at the end of text.
     """
     note, added = add_chat_tokens(tokenizer)
-    done = [note] if note else []
     rows = fit_embeddings(model, tokenizer, added)
-    if rows:
-        done.append(rows)
+    done = [", ".join(part for part in (note, rows) if part)] if note else []
     stops = stop_token_ids(tokenizer)
     current = model.generation_config.eos_token_id
     current = [current] if isinstance(current, int) else list(current or [])
@@ -59,7 +57,7 @@ def fit_embeddings(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, a
         matrices.append(head.weight)
     for weight in matrices:
         weight[added_ids] = weight[:trained].mean(dim=0)  # (C,) broadcast over the new rows
-    return "embeddings resized for the new tokens" if resized else f"new tokens in the model's {rows} embedding rows"
+    return "embeddings resized" if resized else f"in the model's {rows} embedding rows"
 
 
 __all__ = ["fit_embeddings", "make_chat_ready"]

@@ -18,15 +18,15 @@ from typing import TYPE_CHECKING
 import datasets
 
 from ..atomic import atomic_output_dir
+from ..distributed import is_main_process
+from ..progress import datasets_progress_bars
+from .chat_encoding import IGNORE_INDEX, Encoded, check_chat_tokenizer, encode_conversations
+from .conversations import Conversation, load_conversations
 from .corpus import PreparedCorpus, SplitStats, prepared_from_meta
 from .provenance import content_fingerprint
 from .settings import DataSettings, check_block_size
 from .sources import source_files
 from .tokenizer import tokenizer_fingerprint
-from ..distributed import is_main_process
-from ..progress import datasets_progress_bars
-from .conversations import Conversation, load_conversations
-from .chat_encoding import IGNORE_INDEX, Encoded, check_chat_tokenizer, encode_conversations
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast

@@ -77,9 +77,9 @@ def add_chat_tokens(tokenizer: PreTrainedTokenizerBase) -> tuple[str | None, lis
     done = []
     if missing:
         tokenizer.add_special_tokens({"extra_special_tokens": missing}, replace_extra_special_tokens=False)
-        done.append(f"the tokenizer had no chat tokens: added {', '.join(missing)} (vocab {before} -> {len(tokenizer)})")
+        done.append(f"the base's tokenizer had no chat tokens: added {', '.join(missing)} (vocab {before} -> {len(tokenizer)})")
     if not tokenizer.chat_template:
         tokenizer.chat_template = CHAT_TEMPLATE
         if not missing:
-            done.append("the tokenizer had no chat template: installed ChatML's")
+            done.append("the base's tokenizer had no chat template: installed ChatML's")
     return "; ".join(done) or None, tokenizer.convert_tokens_to_ids(missing) if missing else []

@@ -17,10 +17,10 @@ from typing import Any
 import datasets
 import numpy as np
 
+from ..errors import DataError
 from .chat_template import ROLES
 from .settings import DataSettings, seeded_unit
 from .sources import resolve_files
-from ..errors import DataError
 
 
 @dataclass

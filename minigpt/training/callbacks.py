@@ -114,7 +114,7 @@ class StepTimerCallback(TrainerCallback):
 
 
 class EpochCallback(TrainerCallback):
-    """Tells the training data each epoch as it begins, in every process (`TrainingData.start_epoch`:
+    """Tells the training data each epoch as it begins, in every process (`RunData.start_epoch`:
     shifted blocks move to that epoch's offset).
 
     The epoch comes from the Trainer's state: `state.epoch` is a whole number at an epoch's start
@@ -158,7 +158,10 @@ class MaxTimeCallback(TrainerCallback):
                     file=sys.stderr,
                     flush=True,
                 )
-        if elapsed >= self.max_time:
+        over = torch.tensor([int(elapsed >= self.max_time)], device=args.device)
+        if args.world_size > 1 and dist.is_available() and dist.is_initialized():
+            dist.all_reduce(over, op=dist.ReduceOp.MAX)  # every process ends at the same step
+        if over.item():
             control.should_training_stop = True
             control.should_save = True
 
@@ -413,7 +416,7 @@ class StopTrainingCallback(TrainerCallback):
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs
     ) -> TrainerControl:
-        requested, signum = self._agree_across_processes(args)
+        requested, signum = self.agree_across_processes(args)
         if requested:
             if not self.controller.stop_requested:  # another process got the signal
                 self.controller.request_stop("stop requested on another process", signum or None)
@@ -423,7 +426,7 @@ class StopTrainingCallback(TrainerCallback):
             control.should_evaluate = False  # a stop is a save and an exit: no scheduled evaluation first
         return control
 
-    def _agree_across_processes(self, args: TrainingArguments) -> tuple[bool, int]:
+    def agree_across_processes(self, args: TrainingArguments) -> tuple[bool, int]:
         """Every process must stop at the same step, or the next collective deadlocks."""
         requested = self.controller.stop_requested
         signum = self.controller.signum or 0

@@ -69,6 +69,14 @@ class CompleteCheckpointCallback(TrainerCallback):
         self.resolved_config = resolved_config
         self.save_total_limit = save_total_limit
 
+    def on_step_end(self, args, state, control, **kwargs) -> None:
+        # A save follows: the folder exists before any process writes into it, so only the main
+        # process creates what the run publishes (register this callback last: the others decide).
+        if control.should_save:
+            if args.should_save:
+                (Path(args.output_dir) / f"checkpoint-{state.global_step}").mkdir(parents=True, exist_ok=True)
+            _wait_for_everyone()
+
     def on_save(self, args, state, control, **kwargs) -> None:
         checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         _wait_for_everyone()  # each process writes its own rng_state_<rank>.pth
@@ -87,7 +95,8 @@ def _wait_for_everyone() -> None:
 def mark_complete(checkpoint: Path) -> None:
     """Flush every file of `checkpoint` to disk, then write its marker (itself atomically)."""
     sizes = {}
-    for root, _dirs, files in os.walk(checkpoint):
+    for root, dirs, files in os.walk(checkpoint):
+        dirs.sort()  # the marker lists files in one order, whatever the filesystem's
         for name in sorted(files):
             path = Path(root, name)
             if name == COMPLETE_MARKER:

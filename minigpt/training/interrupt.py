@@ -34,24 +34,24 @@ class StopController:
     """
 
     def __init__(self, resume_hint: str | None = None) -> None:
-        self._event = threading.Event()
+        self.event = threading.Event()
         # A command that resumes the run: said in the one line a signal prints (scripts/train.py).
         self.resume_hint = resume_hint
         self.signum: int | None = None  # the signal that asked to stop, None for request_stop()
         self.reason: str | None = None
         self.stopped_at_step: int | None = None  # global step of the checkpoint written on stop
-        self._first_signal_at: float | None = None  # monotonic time of the first signal
+        self.first_signal_at: float | None = None  # monotonic time of the first signal
 
     @property
     def stop_requested(self) -> bool:
-        return self._event.is_set()
+        return self.event.is_set()
 
     def request_stop(self, reason: str = "stop requested", signum: int | None = None) -> None:
         """Ask training to save and stop at the next step boundary (safe from any thread)."""
-        if not self._event.is_set():
+        if not self.event.is_set():
             self.reason = reason
             self.signum = signum
-        self._event.set()
+        self.event.set()
 
     @property
     def exit_code(self) -> int:
@@ -71,23 +71,23 @@ class StopController:
             return
         previous = {sig: signal.getsignal(sig) for sig in signals}
         for sig in signals:
-            signal.signal(sig, self._handle_signal)
+            signal.signal(sig, self.handle_signal)
         try:
             yield self
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
-    def _handle_signal(self, signum: int, frame: object) -> None:
+    def handle_signal(self, signum: int, frame: object) -> None:
         name = signal.Signals(signum).name
         now = time.monotonic()
-        if self._first_signal_at is not None and now - self._first_signal_at < DUPLICATE_SIGNAL_WINDOW_S:
+        if self.first_signal_at is not None and now - self.first_signal_at < DUPLICATE_SIGNAL_WINDOW_S:
             return  # the launcher's copy of the first signal
-        if self._first_signal_at is not None:
+        if self.first_signal_at is not None:
             # Second signal: leave now. Checkpoints are renamed into place whole, so nothing breaks.
             _write_stderr(f"\n{name} again: aborting now; the last complete checkpoint is intact.\n")
             os._exit(128 + signum)
-        self._first_signal_at = now
+        self.first_signal_at = now
         self.request_stop(f"received {name}", signum)
         hint = f"; resume with: {self.resume_hint}" if self.resume_hint else "."
         _write_stderr(

@@ -36,9 +36,9 @@ class CompositeOptimizer(torch.optim.Optimizer):
         first = next(iter(self.optimizers.values()))
         # Defaults only "lr", the first optimizer's: cosine_with_min_lr turns min_lr into a ratio of
         # optimizer.defaults["lr"]; the groups already hold every key, so nothing is added to them.
-        super().__init__(self._inner_groups(), {"lr": first.defaults["lr"]})
+        super().__init__(self.inner_groups(), {"lr": first.defaults["lr"]})
 
-    def _inner_groups(self) -> list[dict[str, Any]]:
+    def inner_groups(self) -> list[dict[str, Any]]:
         return [group for optimizer in self.optimizers.values() for group in optimizer.param_groups]
 
     @property
@@ -77,7 +77,7 @@ class CompositeOptimizer(torch.optim.Optimizer):
         # Optimizer.load_state_dict replaces each group dict with a new one: point at those, in
         # place, or the LR scheduler would go on writing to the old dicts (Accelerate's prepare()
         # already loads a state dict once, to move it to the device).
-        self.param_groups[:] = self._inner_groups()
+        self.param_groups[:] = self.inner_groups()
 
 
 def muon_parameter_names(model: nn.Module) -> list[str]:

@@ -4,7 +4,7 @@ The steps, in order, each fed by the one before:
 1. where the run starts (`choose_start`): new, resumed from its newest complete checkpoint, or
    from a base model (`model.init_from`); every check that can refuse the run, before anything is
    written;
-2. the tokenizer, and the data as training reads it (`prepare_training_data`: one call, any format);
+2. the tokenizer, and the data as training reads it (`prepare_run_data`: one call, any format);
 3. the model: new, the base's weights, or a resumed run's architecture (the checkpoint brings the
    weights), fitted to the tokenizer;
 4. the Trainer (`build_trainer`: trainer.py's `MiniGPTTrainer` with callbacks.py's callbacks);
@@ -44,8 +44,8 @@ from transformers.trainer_callback import ProgressCallback
 from ..atomic import atomic_output_dir, atomic_write_file
 from ..chat.chat_format import fit_embeddings
 from ..data.compatibility import check_compatible
+from ..data.run_data import RunData, prepare_run_data
 from ..data.tokenizer import check_existing_tokenizer, load_or_train_tokenizer, load_tokenizer
-from ..data.training_data import TrainingData, prepare_training_data
 from ..distributed import is_main_process
 from ..errors import ConfigError
 from ..model import MiniGPTConfig
@@ -191,7 +191,7 @@ def choose_start(run: RunConfig, resume: bool, main: bool) -> RunStart:
 # ---- 2. tokenizer and data -------------------------------------------------------------------------
 
 
-def _tokenizer_and_data(start: RunStart, args: TrainingArguments) -> tuple[PreTrainedTokenizerBase, TrainingData]:
+def _tokenizer_and_data(start: RunStart, args: TrainingArguments) -> tuple[PreTrainedTokenizerBase, RunData]:
     """The run's tokenizer (trained, loaded, or the base's) and its data as training reads it."""
     run = start.run
     # The global main process first (it trains and caches, into shared folders), then the first
@@ -205,7 +205,7 @@ def _tokenizer_and_data(start: RunStart, args: TrainingArguments) -> tuple[PreTr
             tokenizer = start.base_tokenizer or load_tokenizer(start.checkpoint)
             if args.should_save:
                 print(f"tokenizer: the base model's ({run.model.init_from}), {len(tokenizer)} tokens", flush=True)
-        data = prepare_training_data(
+        data = prepare_run_data(
             run.data,
             tokenizer,
             seed=run.training.seed,
@@ -268,7 +268,7 @@ def generation_defaults(
     )
 
 
-def _model_to_train(start: RunStart, tokenizer: PreTrainedTokenizerBase, data: TrainingData) -> PreTrainedModel:
+def _model_to_train(start: RunStart, tokenizer: PreTrainedTokenizerBase, data: RunData) -> PreTrainedModel:
     """The model to train: the base's weights, a resumed run's architecture (its weights come from
     the checkpoint), or a new one; its embeddings fitted to the tokenizer, checked against the data."""
     run = start.run
@@ -276,7 +276,7 @@ def _model_to_train(start: RunStart, tokenizer: PreTrainedTokenizerBase, data: T
         model = start.base_weights
         note = fit_embeddings(model, tokenizer, data.added_token_ids)  # role tokens the data added
         if note and is_main_process():
-            print(note, flush=True)
+            print(f"the base model: {note}", flush=True)
     elif start.checkpoint is not None and start.finishing:  # the run's last step: its weights, no training
         attention = resolve_hardware(run.hardware).attn_implementation
         model = AutoModelForCausalLM.from_pretrained(start.checkpoint, attn_implementation=attention)
@@ -309,7 +309,7 @@ def build_trainer(
     args: TrainingArguments,
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
-    data: TrainingData,
+    data: RunData,
     callbacks: Sequence[TrainerCallback] = (),
     stop_controller: StopController | None = None,
 ) -> MiniGPTTrainer:
@@ -344,7 +344,6 @@ def build_trainer(
             seed=t.seed,
             stop_controller=stop_controller,
         ),
-        CompleteCheckpointCallback(yaml.safe_dump(run.to_dict(), sort_keys=False), t.save_total_limit),
         EpochCallback(data.start_epoch),
     ]
     if args.world_size > 1:  # whole copies or shards: the run says which
@@ -359,14 +358,21 @@ def build_trainer(
         eval_dataset=data.evaluation.blocks,
         processing_class=tokenizer,
         data_collator=data.collator,
-        # The stop last: it sees a stop any other callback asked for at this step.
-        callbacks=[*own, *callbacks, StopTrainingCallback(stop_controller)],
+        # Last the stop (it sees a stop any other callback asked for at this step), then the
+        # checkpoint marker (it prepares the folder of a save the others decided on).
+        callbacks=[
+            *own,
+            *callbacks,
+            StopTrainingCallback(stop_controller),
+            CompleteCheckpointCallback(yaml.safe_dump(run.to_dict(), sort_keys=False), t.save_total_limit),
+        ],
         preprocess_logits_for_metrics=scores.preprocess_logits_for_metrics,
         compute_metrics=scores.compute_metrics,
         decay_embeddings=t.decay_embeddings,
         muon_kwargs=muon_kwargs(t),
         throughput=meter,
         validation_blocks=data.evaluation.total,
+        stop_controller=stop_controller,
     )
     trainer.peak_flops = peak  # what MFU divides by, and where it came from (the run's first lines say)
     trainer.remove_callback(ProgressCallback)
@@ -375,7 +381,7 @@ def build_trainer(
 
 
 def _announce(
-    start: RunStart, model: PreTrainedModel, args: TrainingArguments, data: TrainingData, trainer: MiniGPTTrainer
+    start: RunStart, model: PreTrainedModel, args: TrainingArguments, data: RunData, trainer: MiniGPTTrainer
 ) -> None:
     """The resolved config written to the run's folder, and the run's opening lines."""
     run = start.run

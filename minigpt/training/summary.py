@@ -48,7 +48,7 @@ def describe_run(
     data_description: str,
     peak_flops: PeakFlops | None = None,
 ) -> str:
-    """The lines printed before training: model size, the data (`TrainingData.description`),
+    """The lines printed before training: model size, the data (`RunData.description`),
     effective batch, steps and tokens, MFU's peak and its source, and the memory a device needs (an
     estimate, memory_estimate.py)."""
     h = resolve_hardware(run.hardware)

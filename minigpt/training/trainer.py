@@ -141,8 +141,10 @@ class MiniGPTTrainer(Trainer):
     derived figures (tokens/s, MFU, tokens seen, perplexity) in every log record.
 
     Args beyond Trainer's: `decay_embeddings` (training.decay_embeddings), `muon_kwargs`
-    (`muon_kwargs(run.training)`), `throughput` (a `ThroughputMeter`, callbacks.py) and
-    `validation_blocks` (blocks in the split the evaluation's come from, said in each record).
+    (`muon_kwargs(run.training)`), `throughput` (a `ThroughputMeter`, callbacks.py),
+    `validation_blocks` (blocks in the split the evaluation's come from, said in each record) and
+    `stop_controller`: a stop asked during an evaluation in one process cuts it short
+    (`get_eval_dataloader`): nothing of it is logged, and the run saves and stops at once.
     """
 
     def __init__(
@@ -152,6 +154,7 @@ class MiniGPTTrainer(Trainer):
         muon_kwargs: dict[str, Any] | None = None,
         throughput: Any = None,
         validation_blocks: int | None = None,
+        stop_controller: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
@@ -159,6 +162,8 @@ class MiniGPTTrainer(Trainer):
         self.muon_kwargs = muon_kwargs
         self.throughput = throughput
         self.validation_blocks = validation_blocks
+        self.stop_controller = stop_controller
+        self.evaluation_cut = False  # the last evaluation ended early for a stop: not logged
 
     def create_accelerator_and_postprocess(self) -> None:
         """Trainer's, then FSDP for CPU processes launched with an FSDP config, which accelerate
@@ -218,8 +223,19 @@ class MiniGPTTrainer(Trainer):
             self.processing_class.save_pretrained(output_dir)
         torch.save(self.args, os.path.join(output_dir, "training_args.bin"))
 
+    def get_eval_dataloader(self, eval_dataset: Any = None) -> Any:
+        """Trainer's, ending early once a stop is asked (Ctrl-C need not wait for the whole
+        validation sample). Several processes would have to agree on the batch: not cut there."""
+        loader = super().get_eval_dataloader(eval_dataset)
+        if self.stop_controller is None or self.args.world_size > 1:
+            return loader
+        return StoppableLoader(loader, self)
+
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """Add tokens/s, MFU and tokens seen to training records; perplexity and blocks read to eval ones."""
+        if self.evaluation_cut and any(key.startswith("eval_") for key in logs):  # a part of the rows: no result
+            self.evaluation_cut = False
+            return
         if "loss" in logs and self.throughput is not None:
             logs.update(self.throughput.take_window())
             logs["tokens_seen"] = self.state.global_step * self.throughput.tokens_per_step
@@ -233,4 +249,30 @@ class MiniGPTTrainer(Trainer):
         super().log(logs, start_time)
 
 
-__all__ = ["MiniGPTTrainer", "TextScores", "muon_kwargs", "training_arguments"]
+class StoppableLoader:
+    """An evaluation dataloader that ends at the first batch after a stop is asked, and then has the
+    trainer save and stop (the step's training is done; only the evaluation is cut)."""
+
+    def __init__(self, loader: Any, trainer: MiniGPTTrainer) -> None:
+        self.loader, self.trainer = loader, trainer
+
+    def __iter__(self):
+        controller = self.trainer.stop_controller
+        for batch in self.loader:
+            if controller.stop_requested:
+                self.trainer.evaluation_cut = True
+                if self.trainer.is_in_train:  # inside training: save at this step, then stop
+                    self.trainer.control.should_save = True
+                    self.trainer.control.should_training_stop = True
+                    controller.stopped_at_step = self.trainer.state.global_step
+                return
+            yield batch
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __getattr__(self, name: str) -> Any:  # dataset, batch_size, sampler: the loader's
+        return getattr(self.loader, name)
+
+
+__all__ = ["MiniGPTTrainer", "StoppableLoader", "TextScores", "muon_kwargs", "training_arguments"]

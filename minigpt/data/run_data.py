@@ -1,6 +1,6 @@
 """What the data stage hands to training, whatever the data's format: one call, one object.
 
-`prepare_training_data` turns the `data:` section and a tokenizer into `TrainingData`: the training
+`prepare_run_data` turns the `data:` section and a tokenizer into `RunData`: the training
 set as training reads it (packed text blocks, maybe shifted each epoch; or encoded conversations),
 the validation rows every evaluation reads (`validation_sample`), the batch collator, each token's
 UTF-8 bytes (bits per byte), the ids generation stops at, and the lines a run prints about it.
@@ -28,7 +28,7 @@ from .validation_sample import ValidationSample, validation_sample
 
 
 @dataclass
-class TrainingData:
+class RunData:
     """Everything training needs of the data, for any `data.format`."""
 
     train: Any  # a torch Dataset of {"input_ids", "labels"} rows
@@ -47,14 +47,14 @@ class TrainingData:
             self.train.start_epoch(epoch)
 
 
-def prepare_training_data(
+def prepare_run_data(
     settings: DataSettings,
     tokenizer: PreTrainedTokenizerFast,
     *,
     seed: int,
     eval_tokens: int | None,
     max_position_embeddings: int | None = None,
-) -> TrainingData:
+) -> RunData:
     """The training and validation rows of `settings` for `tokenizer`, prepared or read from the cache.
 
     Conversations (`data.format: chat`) need ChatML's role tokens: a tokenizer without them gets
@@ -81,7 +81,7 @@ def prepare_training_data(
         f"data: {plural(len(corpus.train), f'training {rows[:-1]}')}, "
         f"{plural(len(corpus.validation), f'validation {rows[:-1]}')} {what}; {evaluation.describe()}"
     )
-    return TrainingData(
+    return RunData(
         train=train,
         evaluation=evaluation,
         collator=collator,
@@ -94,4 +94,4 @@ def prepare_training_data(
     )
 
 
-__all__ = ["TrainingData", "prepare_training_data"]
+__all__ = ["RunData", "prepare_run_data"]
