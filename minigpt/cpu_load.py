@@ -2,10 +2,10 @@
 
 torch's CPU thread pool stalls when another process holds one of its cores: every parallel region
 waits for the thread that shares a core, and OpenMP threads that spin while they wait take the
-time slice the working thread needs. Three choices depend on it, all with one threshold,
-`BUSY_CORE_SHARE`: how many threads a run starts with (`free_cores`), whether OpenMP threads wait
-passively (`choose_wait_policy`, before torch loads), and whether a measured matmul peak is the
-machine's own (`peak_flops`: a peak measured while other work held the cores is not cached).
+time slice the working thread needs. Two choices depend on it, with one threshold,
+`BUSY_CORE_SHARE`: whether OpenMP threads wait passively (`choose_wait_policy`, before torch
+loads), and whether a measured matmul peak is the machine's own (`peak_flops`: a peak measured
+while other work held the cores is not cached).
 
 Read from Linux's /proc/stat (all processes' CPU time) minus this process's own CPU time, so the
 figure is the others' load whatever this process does meanwhile. Standard library only: the wait
@@ -14,7 +14,6 @@ policy must be chosen before torch is imported. Elsewhere (no /proc/stat) the ot
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import time
@@ -75,15 +74,6 @@ def is_busy(others: float) -> bool:
     return others > BUSY_CORE_SHARE
 
 
-def free_cores(available: int, others: float) -> int:
-    """Threads for the cores other work leaves free: all `available` while others hold at most
-    BUSY_CORE_SHARE of a core, else the free cores rounded to nearest, at least 1 and at most
-    `available` - 1 (2 cores with one busy: 1; 8 cores with one busy: 7)."""
-    if not is_busy(others):
-        return available
-    return max(1, min(available - 1, math.floor(available - others + 0.5)))
-
-
 def choose_wait_policy(
     environ: MutableMapping[str, str] = os.environ,
     sample: Callable[[], float] = sample_others_busy_cores,
@@ -111,7 +101,6 @@ __all__ = [
     "BUSY_CORE_SHARE",
     "CPUTimes",
     "choose_wait_policy",
-    "free_cores",
     "is_busy",
     "others_busy_cores",
     "read_cpu_times",

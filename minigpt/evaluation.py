@@ -17,7 +17,7 @@ followed by one end-of-text token (EOS). It is then scored in one of two ways.
   evaluation (eval loss and eval_bpb), plus the last partial window, which training drops.
 
 Bits per byte is the summed loss (nats) of the predicted tokens that encode the text, over the
-bytes those tokens encode, / ln 2 (`minigpt.training.text_scores`; the `evaluate` metric in
+bytes those tokens encode, / ln 2 (`minigpt.data.token_bytes`; the `evaluate` metric in
 `minigpt/metrics/bits_per_byte` adds up the windows): separators encode no byte and are left
 out, no token is counted at an average. Scoring documents predicts every token of the text, so the
 bytes are the text's own and the figure is lm-eval's `bits_per_byte` (-sum of log-likelihoods /
@@ -45,14 +45,13 @@ from tqdm.auto import tqdm
 from .data.packing import data_tokenizer, tokenize_batch
 from .data.settings import DataSettings
 from .data.sources import arrow_batches, load_raw_corpus, plural, resolve_files
-from .data.token_bytes import token_byte_lengths
+from .data.token_bytes import IGNORE_INDEX, SCORE_COLUMNS, next_token_scores, token_byte_lengths
 from .data.validation_sample import sample_indices
 from .errors import ConfigError, DataError
 from .hub.loading import load_model, load_tokenizer
 from .progress import datasets_progress_bars
 from .training.checkpoints import RESOLVED_CONFIG_NAME
 from .training.run_config import build_section
-from .training.text_scores import IGNORE_INDEX, SCORE_COLUMNS, next_token_scores
 
 METRIC_PATH = Path(__file__).resolve().parent / "metrics" / "bits_per_byte"
 

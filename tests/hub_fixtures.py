@@ -47,7 +47,7 @@ def run_config_dict(train_file: Path, cache_dir: Path) -> dict:
 
 def make_run(root: Path, seed: int = 0, text_bytes: int = 30_000, tokenizer=None) -> Path:
     """`root/run/` with final/, a checkpoint full of Trainer's pickles, metrics, loss.png."""
-    from minigpt.training.plotting import plot_loss_curves
+    from minigpt.training.summary import plot_loss_curves
 
     run = root / "run"
     final, checkpoint = run / "final", run / "checkpoint-10"

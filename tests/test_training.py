@@ -486,3 +486,29 @@ def test_gpu_config_says_clearly_when_the_machine_has_no_gpu():
             ConfigError, match=r"hardware settings do not fit this machine: .*hardware.profile=cpu"
         ):
             training_arguments(run)
+
+
+def test_max_time_ends_the_run_with_its_model_and_says_when_the_warmup_does_not_fit(
+    tmp_path, tokenizer_dir, monkeypatch, capsys
+):
+    """training.max_time stops a run of fixed work early: a checkpoint at the stop step, its final
+    model and summary, and one line when the steps that fit are fewer than the warmup."""
+    monkeypatch.chdir(REPO)
+    run = smoke_run(
+        tmp_path,
+        tokenizer_dir,
+        "training.max_steps=100000",
+        "training.warmup_steps=50000",
+        "training.max_time=2",
+        "training.eval_steps=100000",
+        "training.save_steps=100000",
+        "training.sample_steps=0",
+    )
+    result = run_training(run)
+    assert not result.stopped and result.final_dir is not None and "eval_bpb" in result.final_metrics
+    assert 5 <= result.global_step < 50000
+    checkpoint = tmp_path / "run" / f"checkpoint-{result.global_step}"
+    assert (checkpoint / "checkpoint_complete.json").is_file()
+    err = capsys.readouterr().err
+    assert err.count("training.max_time=2 fits about") == 1
+    assert "fewer than training.warmup_steps=50000: the learning rate never reaches its peak" in err

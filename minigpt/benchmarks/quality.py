@@ -7,7 +7,7 @@ the same size (`gpt2_twin`) then trains in its own worker process (`worker.py`) 
 `Trainer` with a good recipe (`GPT2Recipe`) on the same blocks, with the same tokenizer, CPU settings
 and precision rule, until `TimeLimitCallback` spends that budget; both are scored the same way on
 the same validation blocks: the Trainer's mean token loss, and bits per UTF-8 byte from the per-block
-sums of `minigpt.training.text_scores` (the loss of the tokens that encode text over their bytes).
+sums of `minigpt.data.token_bytes` (the loss of the tokens that encode text over their bytes).
 
 A cosine schedule needs its length up front, and one sized by a huge `max_steps` would never
 decay: an untimed calibration run first measures GPT-2's seconds per step, `max_steps` is the
@@ -89,9 +89,8 @@ def gpt2_at_budget(run: RunConfig, seconds: float, recipe: GPT2Recipe | None = N
     import torch
     from transformers import AutoModelForCausalLM, Trainer, default_data_collator, set_seed
 
-    from ..data.token_bytes import token_byte_lengths
+    from ..data.token_bytes import bits_per_byte, block_targets, next_token_scores, token_byte_lengths
     from ..training.hardware import resolve_hardware
-    from ..training.text_scores import bits_per_byte, block_targets, next_token_scores
     from .contenders import block_array, load_blocks
     from .gpt2_twin import gpt2_twin_config
 

@@ -72,11 +72,9 @@ from .callbacks import (
     flops_per_token,
 )
 from .checkpoints import CompleteCheckpointCallback, check_resume_compatible, find_resume_checkpoint
-from .fsdp import own_class, without_tied_copies
 from .hardware import cpu_run_settings, resolve_hardware, tf32_matmuls, training_dtype
 from .interrupt import StopController
 from .peak_flops import resolve_peak_flops
-from .plotting import plot_loss_curves
 from .run_config import check_fits_model
 from .run_folder import (
     FINAL_DIR,
@@ -96,9 +94,17 @@ from .summary import (
     base_record_of,
     describe_result,
     describe_run,
+    plot_loss_curves,
     summary_record,
 )
-from .trainer import MiniGPTTrainer, TextScores, muon_kwargs, training_arguments
+from .trainer import (
+    MiniGPTTrainer,
+    TextScores,
+    muon_kwargs,
+    own_class,
+    training_arguments,
+    without_tied_copies,
+)
 
 
 def run_training(

@@ -1,19 +1,26 @@
-"""What a run says about itself: the lines printed before training, and the result and summary after.
+"""What a run says about itself: the lines printed before training, and the result, summary and
+loss-curve picture after.
 
 `TrainingResult` is what `run_training` returns; `summary_record` is its JSON form (summary.json),
-`describe_result` its closing line.
+`describe_result` its closing line, `plot_loss_curves` the picture (`<output_dir>/loss.png`).
 """
 
 from __future__ import annotations
 
+import io
+import math
+import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+from matplotlib.figure import Figure
 from torch import nn
 from transformers import TrainingArguments
 
+from ..atomic import atomic_write_file
 from ..model.configuration_minigpt import MiniGPTConfig
 from ..run_layout import model_folder_name
 from .hardware import resolve_hardware
@@ -65,13 +72,20 @@ def describe_run(
         f"{batch * run.data.block_size:,} tokens per step; {steps:,} steps = "
         f"{steps * batch * run.data.block_size / 1e6:.2f}M tokens",
         f"device: {args.device} | {precision} | attention {h.attn_implementation} | "
-        f"compile {'on' if h.torch_compile else 'off'} | threads {torch.get_num_threads()} -> {run.training.output_dir}",
+        f"compile {'on' if h.torch_compile else 'off'} | threads {torch.get_num_threads()}{_wait_policy()} "
+        f"-> {run.training.output_dir}",
     ]
     if getattr(model.config, "model_type", None) == MiniGPTConfig.model_type:  # remote-code copies too
         lines.append(estimate_run_memory(run, model.config, args.device.type).describe())
     if peak_flops is not None:
         lines.append(f"MFU against {peak_flops.flops:.3g} FLOP/s per device ({peak_flops.source})")
     return "\n".join(lines)
+
+
+def _wait_policy() -> str:
+    """OpenMP's wait policy when one is set (scripts/train.py sets PASSIVE on busy cores)."""
+    policy = os.environ.get("OMP_WAIT_POLICY")
+    return f", OMP_WAIT_POLICY={policy}" if policy else ""
 
 
 def base_record_of(run: RunConfig) -> dict[str, Any] | None:
@@ -121,11 +135,52 @@ def describe_result(result: TrainingResult) -> str:
     return " | ".join(parts)
 
 
+def loss_curves(
+    log_history: Iterable[Mapping[str, Any]],
+) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
+    """(step, training loss) and (step, validation loss) points from Trainer's `state.log_history`."""
+    train, validation = {}, {}
+    for record in log_history:
+        step = record.get("step")
+        if step is None:
+            continue
+        if "loss" in record and math.isfinite(record["loss"]):
+            train[step] = float(record["loss"])  # a resumed run re-logs steps: keep the latest
+        if "eval_loss" in record and math.isfinite(record["eval_loss"]):
+            validation[step] = float(record["eval_loss"])
+    return sorted(train.items()), sorted(validation.items())
+
+
+def plot_loss_curves(
+    log_history: Iterable[Mapping[str, Any]], path: str | os.PathLike, title: str = "MiniGPT training"
+) -> None:
+    """Draw training and validation loss against steps into a PNG, written atomically."""
+    train, validation = loss_curves(log_history)
+    figure = Figure(figsize=(8, 5), dpi=100)  # matplotlib's object API: no pyplot, no backend to pick
+    axes = figure.subplots()
+    if train:
+        axes.plot(*zip(*train, strict=True), label="training loss", color="tab:blue", linewidth=1.2)
+    if validation:
+        axes.plot(*zip(*validation, strict=True), label="validation loss", color="tab:orange", marker="o")
+    axes.set_xlabel("optimizer step")
+    axes.set_ylabel("cross-entropy (nats per token)")
+    axes.set_title(title)
+    axes.grid(True, alpha=0.3)
+    if train or validation:
+        axes.legend()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", bbox_inches="tight")
+    with atomic_write_file(path, "wb") as handle:
+        handle.write(buffer.getvalue())
+
+
 __all__ = [
     "EVALUATION_METRICS",
     "TrainingResult",
     "base_record_of",
     "describe_result",
     "describe_run",
+    "loss_curves",
+    "plot_loss_curves",
     "summary_record",
 ]
