@@ -13,6 +13,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from minigpt.console import never_failing_output
 from minigpt.cpu_load import choose_wait_policy
 from minigpt.distributed import is_main_process, teardown_distributed
 from minigpt.errors import run_cli
@@ -51,6 +52,7 @@ def display_path(path: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    never_failing_output()  # a closed pipe or a vanished terminal never stops the run or its save
     args = parse_args(argv)
     run = load_run_config(args.config, args.overrides)  # exits 2 on any config problem, before anything heavy
     # This process exists for the run: the choices that hold for a whole process are made here. The
@@ -69,8 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     del result  # drop the run's objects before tearing the process group down
     teardown_distributed()
     if controller.stop_requested:
-        if is_main_process() and controller.signum is None:
-            print(f"stopped ({controller.reason}); resume with: {shlex.join(command)}", file=sys.stderr)
+        if is_main_process():
+            step = controller.stopped_at_step
+            saved = f"saved {Path(run.training.output_dir) / f'checkpoint-{step}'}" if step is not None else "no new checkpoint"
+            print(f"stopped ({controller.reason}): {saved}; resume with: {shlex.join(command)}", file=sys.stderr)
         return controller.exit_code
     return 0
 

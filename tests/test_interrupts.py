@@ -183,13 +183,15 @@ def test_ctrl_c_during_training_saves_a_checkpoint_and_says_how_to_resume(tmp_pa
     run = run_in_terminal(argv, "step 10/", env=terminal_env, cwd=tmp_path)
     assert run.returncode == 130, run.after_press
     lines = run.lines()  # read once: the terminal's output is what it held at this moment
-    assert len(lines) == 1, run.after_press
-    (line,) = lines
+    assert len(lines) == 2, run.after_press
+    line, saved = lines  # at once, then once the checkpoint is written
     assert line.startswith("SIGINT received: saving a checkpoint at the end of this step")
     assert line.endswith("training.max_steps=100000 --resume")
     assert run.exit_after_s < EXIT_WITHIN_S
     checkpoints = list_checkpoints(tmp_path / "run")  # the stop's, and checkpoint-15 if it got that far
     assert checkpoints and all(checkpoint_problems(c) == [] for c in checkpoints)
+    assert saved.startswith(f"stopped (received SIGINT): saved {checkpoints[0]}; resume with: ")
+    assert saved.endswith("training.max_steps=100000 --resume")
     assert leftovers(tmp_path) == []
 
 
@@ -198,9 +200,10 @@ def test_ctrl_c_during_evaluation_skips_the_rest_of_it(tmp_path, terminal_env):
     argv = [PYTHON, str(WORKER), "evaluation", *train_args(tmp_path, *overrides)]
     run = run_in_terminal(argv, "STAGE evaluation", env=terminal_env, cwd=tmp_path)
     assert run.returncode == 130, run.after_press
-    assert len(run.lines()) == 1, run.after_press
-    (line,) = run.lines()
+    assert len(run.lines()) == 2, run.after_press
+    line, saved = run.lines()
     assert line.startswith("SIGINT received: saving a checkpoint")
+    assert saved.startswith(f"stopped (received SIGINT): saved {tmp_path / 'run' / 'checkpoint-10'}; resume with: ")
     assert run.exit_after_s < EXIT_WITHIN_S  # the whole evaluation is about 60 batches of 0.3 s
     (checkpoint,) = list_checkpoints(tmp_path / "run")
     assert checkpoint.name == "checkpoint-10" and checkpoint_problems(checkpoint) == []

@@ -181,14 +181,16 @@ def test_cli_sigterm_then_resume_ends_like_an_uninterrupted_run(tmp_path, subpro
     stdout, stderr = process.communicate(timeout=300)
     assert process.returncode == 128 + signal.SIGTERM, stderr
 
-    said = [line for line in stderr.splitlines() if line.strip() and "it/s]" not in line]  # no progress bar
-    resume_line = said[-1]  # the one line the signal printed, nothing after it
-    assert resume_line.startswith("SIGTERM received: saving a checkpoint at the end of this step")
-    assert "; resume with: python scripts/train.py" in resume_line
-    assert resume_line.endswith("--resume")
+    said = [line for line in stderr.splitlines() if line.strip() and not line.rstrip().endswith(("it/s]", "s/it]"))]
+    signal_line, saved_line = said[-2:]  # the signal's line at once, the checkpoint's at the end
+    assert signal_line.startswith("SIGTERM received: saving a checkpoint at the end of this step")
+    assert "; resume with: python scripts/train.py" in signal_line
+    assert signal_line.endswith("--resume")
     checkpoint = list_checkpoints(output_dir)[0]  # the one written on the stop
     stop_step = int(checkpoint.name.split("-")[1])
     assert 1 <= stop_step < 8 and checkpoint_problems(checkpoint) == []
+    assert saved_line.startswith(f"stopped (received SIGTERM): saved {checkpoint}; resume with: python scripts/train.py")
+    assert saved_line.endswith("--resume")
     assert not (output_dir / "final").exists()  # a stopped run publishes no final model
 
     resumed = subprocess.run(
@@ -221,3 +223,55 @@ def test_cli_sigterm_then_resume_ends_like_an_uninterrupted_run(tmp_path, subpro
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+TEE = "import sys\nfor line in sys.stdin:\n    sys.stdout.write(line)\n    sys.stdout.flush()\n"
+
+
+def test_ctrl_c_through_a_pipe_that_exits_still_saves_the_stop_step_and_resumes_exactly(
+    tmp_path, subprocess_env, monkeypatch
+):
+    """`scripts/train.py ... 2>&1 | tee log` and Ctrl-C: the terminal's SIGINT reaches the reader
+    too, which exits; every later write of the run meets a closed pipe. The run still saves a
+    checkpoint at the stop step, writes summary.json and exits 130; resumed, it ends with the weights
+    of the same run never interrupted."""
+    output_dir = tmp_path / "run"
+    overrides = [
+        f"tokenizer.path={tmp_path / 'tokenizer'}",
+        *("training.max_steps=400", "training.warmup_steps=5", "training.logging_steps=5"),
+        *("training.save_steps=1000", "training.eval_steps=1000", "training.sample_steps=0"),
+    ]
+    command = [PYTHON, "scripts/train.py", "configs/smoke.yaml", f"training.output_dir={output_dir}", *overrides]
+    train = subprocess.Popen(command, cwd=REPO_ROOT, env=subprocess_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    tee = subprocess.Popen(
+        [PYTHON, "-c", TEE], stdin=train.stdout, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    train.stdout.close()  # the reader holds the pipe's read end alone, as `tee` does
+    for line in tee.stdout:
+        if "step 20/400" in line:
+            break
+    for process in (tee, train):  # the terminal's Ctrl-C reaches the whole pipeline
+        process.send_signal(signal.SIGINT)
+    tee.wait(timeout=60)
+    assert train.wait(timeout=300) == 128 + signal.SIGINT
+
+    (checkpoint,) = list_checkpoints(output_dir)  # the one written on the stop
+    stop_step = int(checkpoint.name.split("-")[1])
+    assert 20 <= stop_step < 400 and checkpoint_problems(checkpoint) == []
+    summary = json.loads((output_dir / "summary.json").read_text())
+    assert summary["stopped"] is True and summary["global_step"] == stop_step
+
+    resumed = subprocess.run(
+        [*command, "--resume"], cwd=REPO_ROOT, env=subprocess_env, capture_output=True, text=True, timeout=300
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    from minigpt.training.run import run_training
+    from minigpt.training.run_config import load_run_config
+
+    monkeypatch.chdir(REPO_ROOT)
+    reference_dir = tmp_path / "reference"
+    run_training(load_run_config("configs/smoke.yaml", [*overrides, f"training.output_dir={reference_dir}"]))
+    final = load_file(output_dir / "final" / "model.safetensors")
+    expected = load_file(reference_dir / "final" / "model.safetensors")
+    assert final.keys() == expected.keys()
+    assert all(torch.equal(final[name], expected[name]) for name in expected)

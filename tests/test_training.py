@@ -512,3 +512,35 @@ def test_max_time_ends_the_run_with_its_model_and_says_when_the_warmup_does_not_
     err = capsys.readouterr().err
     assert err.count("training.max_time=2 fits about") == 1
     assert "fewer than training.warmup_steps=50000: the learning rate never reaches its peak" in err
+
+
+def test_a_full_disk_during_a_save_is_one_line_with_what_to_do(tmp_path, tokenizer_dir, monkeypatch):
+    """ENOSPC while checkpoint-30 is written (simulated): the unfinished folder is removed, the
+    message names the folder, the space a checkpoint takes, the last complete one and the resume
+    command; checkpoint-15 stays whole."""
+    import errno
+
+    import transformers.modeling_utils
+
+    from minigpt.training.checkpoints import DiskFullError, checkpoint_problems
+
+    monkeypatch.chdir(REPO)
+    real_save = transformers.modeling_utils.safe_save_file
+
+    def save_file(tensors, filename, *args, **kwargs):
+        if "checkpoint-30" in str(filename):
+            raise OSError(errno.ENOSPC, "No space left on device", str(filename))
+        return real_save(tensors, filename, *args, **kwargs)
+
+    monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", save_file)
+    run = smoke_run(tmp_path, tokenizer_dir)
+    stop = StopController(resume_hint="python scripts/train.py configs/smoke.yaml --resume")
+    with pytest.raises(DiskFullError) as raised:
+        run_training(run, stop_controller=stop)
+    message = str(raised.value)
+    output_dir = tmp_path / "run"
+    assert message.startswith(f"no space left on device in {output_dir} (a checkpoint takes ")
+    assert "removed the unfinished checkpoint-30; the last complete checkpoint is checkpoint-15" in message
+    assert message.endswith("resume with: python scripts/train.py configs/smoke.yaml --resume")
+    assert sorted(p.name for p in output_dir.glob("checkpoint-*")) == ["checkpoint-15"]
+    assert checkpoint_problems(output_dir / "checkpoint-15") == []

@@ -18,12 +18,14 @@ grad scaler, RNG states and the data position: the run ends bit-identical to an 
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import shutil
 import sys
 import zipfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +37,7 @@ from transformers import TrainerCallback
 
 from ..atomic import atomic_write_file, fsync_dir
 from ..distributed import is_main_process
-from ..errors import ConfigError
+from ..errors import ConfigError, MiniGPTUserError
 from .run_folder import (
     RESOLVED_CONFIG_NAME,
     SET_ASIDE_PREFIX,
@@ -74,6 +76,7 @@ class CompleteCheckpointCallback(TrainerCallback):
         # process creates what the run publishes (register this callback last: the others decide).
         if control.should_save:
             if args.should_save:
+                warn_when_short_of_space(Path(args.output_dir))
                 (Path(args.output_dir) / f"checkpoint-{state.global_step}").mkdir(parents=True, exist_ok=True)
             _wait_for_everyone()
 
@@ -132,6 +135,71 @@ def rotate_checkpoints(output_dir: Path, limit: int | None, keep: str | None = N
         unfinished = not is_complete(checkpoint) and checkpoint_step(checkpoint) < newest
         if unfinished or (checkpoint in complete and checkpoint not in kept):
             shutil.rmtree(checkpoint, ignore_errors=True)
+
+
+def checkpoint_bytes(checkpoint: Path) -> int:
+    """What a complete checkpoint takes on disk, from its marker (0 when it has none)."""
+    try:
+        return sum(json.loads((checkpoint / COMPLETE_MARKER).read_text())["files"].values())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return 0
+
+
+def newest_complete(output_dir: Path) -> Path | None:
+    return next((c for c in list_checkpoints(output_dir) if is_complete(c)), None)
+
+
+def warn_when_short_of_space(output_dir: Path) -> None:
+    """A line before a save when the disk has less free space than the last checkpoint took."""
+    last = newest_complete(output_dir)
+    needed = checkpoint_bytes(last) if last is not None else 0
+    free = shutil.disk_usage(output_dir).free
+    if free < needed:
+        _warn(
+            f"{_mb(free)} free in {output_dir}, less than {last.name} took ({_mb(needed)}): "
+            "the next checkpoint may not fit"
+        )
+
+
+class DiskFullError(MiniGPTUserError):
+    """The run's folder ran out of space: one line saying what it needed and how to go on."""
+
+
+def is_disk_full(err: BaseException) -> bool:
+    """ENOSPC, or torch's archive writer failing on it ("unexpected pos": it reports no errno)."""
+    if isinstance(err, OSError):
+        return err.errno in (errno.ENOSPC, errno.EDQUOT)
+    return isinstance(err, RuntimeError) and "unexpected pos" in str(err)
+
+
+@contextlib.contextmanager
+def full_disk_is_one_line(output_dir: str | os.PathLike, resume_command: str | None) -> Iterator[None]:
+    """Turn a full disk during the run (a checkpoint, the final model, a log line) into a
+    `DiskFullError`: the unfinished checkpoint removed (its space back), the space a checkpoint
+    needs, the last complete one and the command that resumes from it, in one line."""
+    try:
+        yield
+    except (OSError, RuntimeError) as err:
+        if not is_disk_full(err) or not is_main_process():
+            raise
+        output_dir = Path(output_dir)
+        removed = []
+        for checkpoint in list_checkpoints(output_dir):
+            if not is_complete(checkpoint):
+                shutil.rmtree(checkpoint, ignore_errors=True)
+                removed.append(checkpoint.name)
+        last = newest_complete(output_dir)
+        kept = f"the last complete checkpoint is {last.name}" if last else "no complete checkpoint was written yet"
+        needed = f"a checkpoint takes {_mb(checkpoint_bytes(last))}; " if last else ""
+        unfinished = f"removed the unfinished {', '.join(removed)}; " if removed else ""
+        raise DiskFullError(
+            f"no space left on device in {output_dir} ({needed}{_mb(shutil.disk_usage(output_dir).free)} free): "
+            f"{unfinished}{kept}; free some space, then resume with: {resume_command or '--resume'}"
+        ) from None
+
+
+def _mb(n_bytes: int) -> str:
+    return f"{n_bytes / 1e6:.1f} MB"
 
 
 def checkpoint_problems(checkpoint_dir: str | os.PathLike) -> list[str]:

@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 
+from ..console import write_to_stderr
 from ..distributed import is_main_process
 
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -97,6 +98,7 @@ class StopController:
 
 
 def _write_stderr(text: str) -> None:
-    # os.write, not print: a handler may interrupt a print on the same stream (reentrant call error).
+    # os.write, not print: a handler may interrupt a print on the same stream (reentrant call
+    # error); a closed pipe (`| tee` gone at Ctrl-C) loses the line, never the save that follows.
     if is_main_process():
-        os.write(2, text.encode())
+        write_to_stderr(text)

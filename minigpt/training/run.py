@@ -71,7 +71,12 @@ from .callbacks import (
     ThroughputMeter,
     flops_per_token,
 )
-from .checkpoints import CompleteCheckpointCallback, check_resume_compatible, find_resume_checkpoint
+from .checkpoints import (
+    CompleteCheckpointCallback,
+    check_resume_compatible,
+    find_resume_checkpoint,
+    full_disk_is_one_line,
+)
 from .hardware import cpu_run_settings, resolve_hardware, tf32_matmuls, training_dtype
 from .interrupt import StopController
 from .peak_flops import resolve_peak_flops
@@ -134,12 +139,13 @@ def run_training(
         trainer = build_trainer(run, args, model, tokenizer, data, callbacks, stop_controller)
         if args.should_save:  # the one process that prints and writes run files
             _announce(start, model, args, data, trainer)
-        if start.finishing:
-            _restore_last_step(trainer, start.checkpoint)
-        else:
-            with stop_controller.install_signal_handlers():
-                trainer.train(resume_from_checkpoint=start.checkpoint)
-        result = _finish(trainer, tokenizer, run, start, stop_controller.stop_requested, started)
+        with full_disk_is_one_line(run.training.output_dir, stop_controller.resume_hint):
+            if start.finishing:
+                _restore_last_step(trainer, start.checkpoint)
+            else:
+                with stop_controller.install_signal_handlers():
+                    trainer.train(resume_from_checkpoint=start.checkpoint)
+            result = _finish(trainer, tokenizer, run, start, stop_controller.stop_requested, started)
     if args.should_save and stop_controller.signum is None:  # a signal's one line has said what happened
         print(describe_result(result), flush=True)
     return result
