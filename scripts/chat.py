@@ -45,7 +45,8 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    from minigpt.chat.session import ChatSession, require_chat_model  # heavy: only once the arguments are good
+    # Heavy imports, only once the arguments are good.
+    from minigpt.chat.session import ChatSession, require_chat_model
     from minigpt.chat.terminal import HELP, chat_in_terminal
     from minigpt.evaluation import read_run_config
     from minigpt.generation import SamplingSettings
