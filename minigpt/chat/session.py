@@ -91,7 +91,9 @@ def trained_on_text(run_config: dict[str, Any] | None) -> str | None:
     return None if data_format == "chat" else str(data_format)
 
 
-def require_chat_model(tokenizer, run_config: dict[str, Any] | None = None, name: str = "the model") -> list[int]:
+def require_chat_model(
+    tokenizer, run_config: dict[str, Any] | None = None, name: str = "the model"
+) -> list[int]:
     """`end_of_turn_ids`, after refusing a base model: one trained on text by its run config
     (`trained_on_text`), or one whose tokenizer has no chat template or `<|im_end|>` token.
 
