@@ -72,7 +72,6 @@ RUN = (
 PYTHON_COMPILE_ONLY = {
     "api.upload_folder(": "uploads to the real hub: the network and a login",
     "callbacks=[my_callback]": "a fragment: my_callback is the reader's own",
-    "SFTTrainer(model=model": "TRL's own training run: tests/test_chat_trl.py runs SFTTrainer on a tiny model",
 }
 
 # Appended to every documented `scripts/train.py` command: a model that trains in a second, on
