@@ -42,7 +42,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import yaml
 from tqdm.auto import tqdm
 
 from .data.packing import data_tokenizer, tokenize_batch
@@ -52,6 +51,7 @@ from .data.token_bytes import token_byte_lengths
 from .errors import ConfigError, DataError
 from .hub.loading import load_model, load_tokenizer
 from .progress import datasets_progress_bars
+from .run_layout import read_run_config  # noqa: F401  (scripts and the app import it from here)
 from .training.checkpoints import RESOLVED_CONFIG_NAME
 from .training.run_config import build_section
 from .training.text_scores import IGNORE_INDEX, SCORE_COLUMNS, next_token_scores
@@ -215,12 +215,6 @@ def token_stream(split, tokenizer) -> np.ndarray:
         ids = tokenize_batch(table.column("text").to_pylist(), ends, tokenizer=backend, eos_id=tokenizer.eos_token_id)
         parts.append(ids.column("input_ids").combine_chunks().flatten().to_numpy().astype(np.int64))
     return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
-
-
-def read_run_config(model_dir: Path) -> dict[str, Any]:
-    """The resolved training config saved beside the model, or {} when there is none."""
-    path = Path(model_dir) / RESOLVED_CONFIG_NAME
-    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
 
 
 def data_settings_from(run_config: dict[str, Any], **changes: Any):
