@@ -2,7 +2,7 @@
 
 The package is laid out by pipeline stage, each importing only the stages below it:
 
-    errors, atomic, distributed, cpu_load   leaf helpers every stage may use
+    errors, atomic, distributed, cpu_load, cache_dir, console   leaf helpers every stage may use
     model/       MiniGPTConfig, MiniGPTForCausalLM, their options table (the remote code)
     data/        settings -> sources -> tokenizer -> packing, conversations -> corpus -> run_data (what training gets)
     export/      stock transformers architectures and GGUF, out and in
@@ -12,6 +12,7 @@ The package is laid out by pipeline stage, each importing only the stages below 
     training/    settings -> run_config -> callbacks, checkpoints, trainer -> run (run_training)
     evaluation   loss, perplexity and bits per byte of a trained model
     app/         the web app on the training API
+    serving/     OpenAI-compatible servers on exports: transformers serve, llama.cpp (scripts/serve.py)
     benchmarks/  speed and quality against GPT-2 and a plain loop (scripts/benchmark.py)
 
 The names below are imported on first use, so `import minigpt` imports nothing heavy (no torch),

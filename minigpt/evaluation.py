@@ -1,4 +1,4 @@
-"""Loss, perplexity and bits per byte of a model over a whole text, as lm-evaluation-harness scores it.
+r"""Loss, perplexity and bits per byte of a model over a whole text, as lm-evaluation-harness scores it.
 
 The text is read and tokenized exactly as training's data pipeline does (`minigpt.data.sources`
 rows, `minigpt.data.packing.tokenize_batch`): training's token stream, each document's tokens
@@ -21,25 +21,27 @@ bytes those tokens encode, / ln 2 (`minigpt.data.token_bytes`; the `evaluate` me
 `minigpt/metrics/bits_per_byte` adds up the windows): separators encode no byte and are left
 out, no token is counted at an average. Scoring documents predicts every token of the text, so the
 bytes are the text's own and the figure is lm-eval's `bits_per_byte` (-sum of log-likelihoods /
-bytes / ln 2, over all documents). `loss` is the mean over the predictions scored, `perplexity`
-its exp. `eval_tokens` scores a fixed, seeded sample of `eval_tokens // window` windows instead,
-as `training.eval_tokens` does with blocks (packed, on training's split, with training's seed:
-the same blocks training evaluates).
+bytes / ln 2, over all documents), with its `byte_perplexity` (2 ** bits per byte) and
+`word_perplexity` (exp of the loss over the words, `len(re.split(r"\s+", document))` summed over
+the documents; reported only then, when every token of the text is scored). `loss` is the mean
+over the predictions scored, `perplexity` its exp. `eval_tokens` scores a fixed, seeded sample of
+`eval_tokens // window` windows instead, as `training.eval_tokens` does with blocks (packed, on
+training's split, with training's seed: the same blocks training evaluates).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-import yaml
 from tqdm.auto import tqdm
 
 from .data.packing import data_tokenizer, tokenize_batch
@@ -50,10 +52,12 @@ from .data.validation_sample import sample_indices
 from .errors import ConfigError, DataError
 from .hub.loading import load_model, load_tokenizer
 from .progress import datasets_progress_bars
+from .run_layout import read_run_config  # noqa: F401  (scripts and the app import it from here)
 from .training.checkpoints import RESOLVED_CONFIG_NAME
 from .training.run_config import build_section
 
 METRIC_PATH = Path(__file__).resolve().parent / "metrics" / "bits_per_byte"
+WHITESPACE = re.compile(r"\s+")  # what separates words in lm-eval's count_words
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,9 @@ class EvaluationResult:
     loss: float  # mean nats per scored prediction
     perplexity: float
     bits_per_byte: float  # nats of the scored text tokens / their bytes / ln 2
+    byte_perplexity: float  # exp(nats of the scored text tokens / their bytes) = 2 ** bits_per_byte
+    word_perplexity: float | None  # exp(nats of the text / its words), when every token of it is scored
+    num_words: int | None  # lm-eval's word count of the text (None: not every token scored)
     num_tokens: int  # predictions scored
     num_text_tokens: int  # of them, tokens that encode text (not a separator)
     num_bytes: int  # UTF-8 bytes those text tokens encode
@@ -164,6 +171,38 @@ def _batches(windows: list[Window], batch_size: int) -> Iterator[list[Window]]:
         yield ordered[i : i + batch_size]
 
 
+def count_words(split) -> int:
+    r"""The split's words as lm-evaluation-harness counts them for `word_perplexity`:
+    `len(re.split(r"\s+", document))` for each document with text (a leading or trailing
+    whitespace run counts an empty word, as there), summed."""
+    columns = ["text", "end"] if split.by_document else ["text"]  # text files: rows are pieces
+
+    def pieces() -> Iterator[tuple[str | None, bool]]:
+        for table in arrow_batches(split.dataset, columns=columns):
+            texts = table.column("text").to_pylist()
+            ends = table.column("end").to_pylist() if split.by_document else [True] * len(texts)
+            yield from zip(texts, ends, strict=True)
+
+    return words_in_pieces(pieces())
+
+
+def words_in_pieces(pieces: Iterable[tuple[str | None, bool]]) -> int:
+    """lm-eval's word count of the documents `pieces` spell: (text, ends its document) in order, as
+    text files' rows cut a document. A document's count is its whitespace runs + 1; a run cut
+    between two pieces (one ends with whitespace, the next starts with it) is one run."""
+    words = 0
+    runs, open_document, after_space = 0, False, False
+    for text, end in pieces:
+        if text:
+            first_run = WHITESPACE.match(text) is not None
+            runs += len(WHITESPACE.findall(text)) - (open_document and after_space and first_run)
+            open_document, after_space = True, WHITESPACE.match(text[-1]) is not None
+        if end and open_document:
+            words += runs + 1
+            runs, open_document, after_space = 0, False, False
+    return words
+
+
 def token_stream(split, tokenizer) -> np.ndarray:
     """The split's token ids in order, tokenized as training tokenizes (EOS after each document)."""
     if tokenizer.eos_token_id is None:
@@ -175,12 +214,6 @@ def token_stream(split, tokenizer) -> np.ndarray:
         ids = tokenize_batch(table.column("text").to_pylist(), ends, tokenizer=backend, eos_id=tokenizer.eos_token_id)
         parts.append(ids.column("input_ids").combine_chunks().flatten().to_numpy().astype(np.int64))
     return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
-
-
-def read_run_config(model_dir: Path) -> dict[str, Any]:
-    """The resolved training config saved beside the model, or {} when there is none."""
-    path = Path(model_dir) / RESOLVED_CONFIG_NAME
-    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
 
 
 def data_settings_from(run_config: dict[str, Any], **changes: Any):
@@ -222,6 +255,7 @@ def evaluate_stream(
     packed: bool = False,
     batch_size: int = 8,
     text_bytes: int | None = None,
+    text_words: int | None = None,
     eval_tokens: int | None = None,
     seed: int = 0,
     source: str = "",
@@ -231,7 +265,9 @@ def evaluate_stream(
 
     `token_bytes`: UTF-8 bytes per token id (`minigpt.data.token_bytes`). `text_bytes`: the text's
     own size; when every token of it is scored (documents, no sample) it is what bits per byte
-    divides by (exact for any tokenizer), else the scored tokens' bytes are.
+    divides by (exact for any tokenizer), else the scored tokens' bytes are. `text_words`: the
+    text's words as lm-eval counts them (`count_words`); word perplexity is reported only when
+    every token of the text is scored (the words of part of a document are not lm-eval's).
     """
     import evaluate
 
@@ -262,11 +298,15 @@ def evaluate_stream(
     bar.close()
     whole = not packed and len(windows) == planned  # every token of the text scored
     with datasets_progress_bars(False):  # the metric's own Arrow table is no work a user waits for
-        scores = metric.compute(text_bytes=text_bytes if whole else None)
+        words = text_words if whole else None
+        scores = metric.compute(text_bytes=text_bytes if whole else None, text_words=words)
     return EvaluationResult(
         loss=scores["loss"],
         perplexity=scores["perplexity"],
         bits_per_byte=scores["bits_per_byte"],
+        byte_perplexity=scores["byte_perplexity"],
+        word_perplexity=scores["word_perplexity"],
+        num_words=words,
         num_tokens=scores["num_tokens"],
         num_text_tokens=scores["num_text_tokens"],
         num_bytes=scores["num_bytes"],
@@ -324,6 +364,7 @@ def evaluate_model(
         raw = load_split(data, split, run_config, cache_dir or scratch)
         ids = token_stream(raw, tokenizer)
         text_bytes = raw.bytes
+        text_words = count_words(raw) if not packed and eval_tokens is None else None  # only then reported
         del raw  # release the memory-mapped Arrow file before the folder goes
     source = str(data) if data is not None else f"the {split} split of the training data"
     return evaluate_stream(
@@ -336,6 +377,7 @@ def evaluate_model(
         packed=packed,
         batch_size=batch_size,
         text_bytes=text_bytes,
+        text_words=text_words,
         eval_tokens=eval_tokens,
         seed=seed,
         source=source,
@@ -345,27 +387,40 @@ def evaluate_model(
 
 def describe_result(result: EvaluationResult, model: str) -> list[str]:
     """The lines scripts/evaluate.py prints."""
+    if result.word_perplexity is None:
+        word_perplexity = "- (only when every token of the text is scored: not --packed, no --eval-tokens)"
+    else:
+        word_perplexity = f"{result.word_perplexity:.3f} ({result.num_words:,} words)"
     sample = ""
     if result.num_windows < result.num_windows_planned:
         sample = f"; a fixed sample of {result.num_windows:,} of {result.num_windows_planned:,} windows"
-    return [
-        f"model:          {model}",
-        f"text:           {result.source} ({result.text_bytes:,} bytes, "
-        f"{plural(result.num_documents, 'document')}, {result.num_stream_tokens:,} tokens with separators)",
-        f"method:         {result.method}{sample}",
-        f"scored:         {result.num_tokens:,} predictions, {result.num_text_tokens:,} of them "
-        f"text tokens encoding {result.num_bytes:,} bytes",
-        f"loss:           {result.loss:.4f} nats/token",
-        f"perplexity:     {result.perplexity:.3f}",
-        f"bits per byte:  {result.bits_per_byte:.4f}",
+    rows = [
+        ("model", model),
+        (
+            "text",
+            f"{result.source} ({result.text_bytes:,} bytes, {plural(result.num_documents, 'document')}, "
+            f"{result.num_stream_tokens:,} tokens with separators)",
+        ),
+        ("method", f"{result.method}{sample}"),
+        (
+            "scored",
+            f"{result.num_tokens:,} predictions, {result.num_text_tokens:,} of them text tokens encoding "
+            f"{result.num_bytes:,} bytes",
+        ),
+        ("loss", f"{result.loss:.4f} nats/token"),
+        ("perplexity", f"{result.perplexity:.3f}"),
+        ("bits per byte", f"{result.bits_per_byte:.4f}"),
+        ("byte perplexity", f"{result.byte_perplexity:.4f}"),
+        ("word perplexity", word_perplexity),
     ]
-
+    return [f"{label + ':':<17}{value}" for label, value in rows]
 
 __all__ = [
     "METRIC_PATH",
     "EvaluationResult",
     "Window",
     "block_windows",
+    "count_words",
     "describe_result",
     "document_windows",
     "evaluate_model",
@@ -373,4 +428,5 @@ __all__ = [
     "plan_windows",
     "score_windows",
     "token_stream",
+    "words_in_pieces",
 ]

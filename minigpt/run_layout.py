@@ -9,6 +9,9 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 RESOLVED_CONFIG_NAME = "resolved_config.yaml"  # the run config, beside the outputs and in every checkpoint
 METRICS_FILE = "metrics.jsonl"
@@ -39,6 +42,13 @@ def list_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
     return sorted(found, key=checkpoint_step, reverse=True)
 
 
+def read_run_config(model_dir: str | os.PathLike) -> dict[str, Any]:
+    """The resolved training config saved beside a model (its `RESOLVED_CONFIG_NAME`), or {} when
+    there is none (a model folder that training did not write)."""
+    path = Path(model_dir) / RESOLVED_CONFIG_NAME
+    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+
+
 def model_folder_name(model: str | os.PathLike) -> str:
     """A model folder named without the path to it: a run (or its `final/`) by the run's name, a
     checkpoint as `<run>/checkpoint-N`, any other folder by its own name."""
@@ -64,4 +74,5 @@ __all__ = [
     "checkpoint_step",
     "list_checkpoints",
     "model_folder_name",
+    "read_run_config",
 ]

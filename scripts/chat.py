@@ -4,10 +4,11 @@
     python scripts/chat.py me/shakespeare-chat --hub-dir hub --revision v1 --temperature 0
 
 MODEL is a model folder, a run or checkpoint folder, or ORG/NAME in a hub folder, as for
-scripts/generate.py; its tokenizer must carry a chat template (a chat fine-tuned model:
-configs/chat.yaml). /reset forgets the conversation, /quit or Ctrl-D ends it, Ctrl-C stops a reply
-(at the prompt: ends the chat). Settings not given default to the run's sample settings, then to the
-model's generation_config.json; with --seed, reply n of a conversation is drawn with seed + n.
+scripts/generate.py; it must be a chat model, fine-tuned on conversations (configs/chat.yaml): a base
+model (its run trained on text) is refused in one line. /reset forgets the conversation, /quit or
+Ctrl-D ends it, Ctrl-C stops a reply (at the prompt: ends the chat). Settings not given default to
+the run's sample settings, then to the model's generation_config.json; with --seed, reply n of a
+conversation is drawn with seed + n.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    from minigpt.chat.session import ChatSession, end_of_turn_ids  # heavy: only once the arguments are good
+    # Heavy imports, only once the arguments are good.
+    from minigpt.chat.session import ChatSession, require_chat_model
     from minigpt.chat.terminal import HELP, chat_in_terminal
     from minigpt.evaluation import read_run_config
     from minigpt.generation import SamplingSettings
@@ -61,13 +63,14 @@ def main() -> None:
     settings.validate()
     location = resolve_model(args.model, hub_dir=args.hub_dir, revision=args.revision)
     tokenizer = load_tokenizer(location)
-    end_of_turn_ids(tokenizer, args.model)  # a base model is refused before its weights load
-    session = ChatSession(
+    run_config = read_run_config(location.local_dir)
+    require_chat_model(tokenizer, run_config, args.model)  # a base model is refused before its weights load
+    session = ChatSession(  # a reply limit that leaves no room for a message is refused here, once
         load_model(location),
         tokenizer,
         settings,
         system_prompt=args.system,
-        run_config=read_run_config(location.local_dir),
+        run_config=run_config,
         name=args.model,
     )
     print(

@@ -1,4 +1,4 @@
-"""Loss, perplexity and bits per byte of a model over a text file or folder.
+"""Loss, perplexity and bits per byte (and lm-eval's byte and word perplexity) of a model over a text.
 
     python scripts/evaluate.py runs/shakespeare --data data/tinyshakespeare.txt
     python scripts/evaluate.py runs/shakespeare --split validation      # the run's own split
@@ -10,8 +10,10 @@ tokenized as training does. By default each document is scored on its own as lm-
 loglikelihood_rolling scores it (every token, the first conditioned on end-of-text, windows of the
 model's context), so bits per byte equals lm-eval's bits_per_byte; --packed scores the documents as
 training's validation blocks read them (windows of the training block size), which gives training's
-eval_bpb. Bits per byte is the loss of the tokens that encode the text over the bytes they encode.
-Everything is scored unless --eval-tokens asks for a fixed, seeded sample of the windows.
+eval_bpb. Bits per byte is the loss of the tokens that encode the text over the bytes they encode;
+byte perplexity is 2 ** bits per byte and word perplexity exp(loss of the text / its words), both as
+lm-eval defines them (words: whitespace-separated pieces of each document). Everything is scored
+unless --eval-tokens asks for a fixed, seeded sample of the windows (then no word perplexity).
 """
 
 from __future__ import annotations

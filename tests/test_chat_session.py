@@ -7,6 +7,7 @@ import io
 import os
 import pty
 import select
+import shutil
 import subprocess
 import sys
 import termios
@@ -14,13 +15,16 @@ import time
 
 import pytest
 import torch
+import yaml
 from conftest import PYTHON, REPO_ROOT, build_tiny_tokenizer, load_script, tiny_model
+from hub_fixtures import make_run
 from talk_fixtures import at_once_ending_model, build_chat_tokenizer, never_ending_model, save_model
 
 from minigpt.chat.session import ChatError, ChatSession, NotAChatModelError
 from minigpt.chat.terminal import chat_in_terminal
 from minigpt.errors import run_cli
 from minigpt.generation import SamplingSettings
+from minigpt.hub.loading import load_tokenizer, resolve_model
 
 CHAT = REPO_ROOT / "scripts" / "chat.py"
 GREEDY = dict(temperature=0.0)
@@ -245,6 +249,63 @@ def test_cli_on_a_base_model_is_one_line_and_exit_2(tmp_path, monkeypatch, capsy
         f"error: {base} has no chat template (a base model): fine-tune it on conversations first: "
         f"python scripts/train.py configs/chat.yaml model.init_from={base}"
     ]
+
+
+def text_and_chat_runs(root, tokenizer) -> tuple:
+    """A base run as training leaves it (its final/ carries the chat tokenizer, as every MiniGPT
+    tokenizer does) and the same run recorded as a chat run (`data.format: chat`)."""
+    base = make_run(root, tokenizer=tokenizer)
+    chat = root / "chat-run"
+    shutil.copytree(base, chat)
+    for config_path in (chat / "resolved_config.yaml", chat / "final" / "resolved_config.yaml"):
+        config = yaml.safe_load(config_path.read_text())
+        config["data"].update(format="chat", shift_blocks=False)
+        config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return base, chat
+
+
+def test_cli_refuses_a_base_run_that_carries_the_chat_template_and_opens_a_chat_run(
+    tmp_path, tokenizer, monkeypatch, capsys
+):
+    base, chat = text_and_chat_runs(tmp_path, tokenizer)
+    assert load_tokenizer(resolve_model(base)).chat_template  # the template alone does not tell
+    code, out, err = run_chat([base], "Hello\n", monkeypatch, capsys)
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [
+        f"error: {base} was trained on text, not conversations (a base model: data.format auto in its "
+        f"resolved_config.yaml): fine-tune it on conversations first: python scripts/train.py "
+        f"configs/chat.yaml model.init_from={base}"
+    ]
+    code, out, err = run_chat([chat, "--max-new-tokens", "4"], "", monkeypatch, capsys)
+    assert (code, out) == (0, "> \n"), err  # the prompt, then end of input: the chat opened
+    assert f"chat with {chat} (context 64 tokens, replies up to 4)" in err
+
+
+def test_a_reply_limit_that_leaves_no_room_for_a_message_is_refused_once_at_the_start(
+    chat_model_dir, tokenizer, monkeypatch, capsys
+):
+    fixed = len(render(tokenizer, [{"role": "user", "content": ""}], "Be brief."))  # all but the message
+    most = 64 - fixed - 1  # beside a one-token message
+    code, out, err = run_chat(
+        [chat_model_dir, "--system", "Be brief.", "--max-new-tokens", str(most + 1)],
+        "Hello\nHi\n",
+        monkeypatch,
+        capsys,
+    )
+    assert (code, out) == (2, "")
+    errors = [line for line in err.splitlines() if "error" in line]  # (before it, the weights' loading bar)
+    assert errors == err.splitlines()[-1:] == [
+        f"error: the reply limit ({most + 1} tokens) leaves no room for a message in the model's context "
+        f"of 64 tokens (the system prompt and the turn's headers take {fixed}): lower it to at most {most}"
+    ]
+    code, out, err = run_chat(  # the largest limit allowed: a one-token message is answered
+        [chat_model_dir, "--system", "Be brief.", "--max-new-tokens", str(most), "--temperature", "0"],
+        "a\n",
+        monkeypatch,
+        capsys,
+    )
+    assert code == 0 and "error" not in err, err
+    assert out.startswith("> ") and len(out) > len("> \n> \n")
 
 
 def read_until(fd: int, wanted: str, timeout: float = 60.0) -> str:

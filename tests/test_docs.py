@@ -56,6 +56,7 @@ HELP_ONLY = {
     "scripts/benchmark_data.py": "writes and prepares corpora of tens of MB",
     "scripts/app.py": "serves a web page until Ctrl-C",
     "scripts/chat.py": "reads the terminal until /quit (tests/test_chat_session.py drives it)",
+    "scripts/serve.py": "serves until Ctrl-C (tests/test_serving.py starts both engines and stops them)",
 }
 # Scripts run with the documented arguments, in this process.
 RUN = (
@@ -72,7 +73,7 @@ RUN = (
 PYTHON_COMPILE_ONLY = {
     "api.upload_folder(": "uploads to the real hub: the network and a login",
     "callbacks=[my_callback]": "a fragment: my_callback is the reader's own",
-    "SFTTrainer(model=model": "TRL's own training run: tests/test_chat_trl.py runs SFTTrainer on a tiny model",
+    'OpenAI(base_url="http://127.0.0.1:8000/v1"': "needs a running server: tests/test_serving.py sends these requests",
 }
 
 # Appended to every documented `scripts/train.py` command: a model that trains in a second, on

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import runpy
 import subprocess
 
@@ -29,9 +30,12 @@ from minigpt.data.validation_sample import validation_sample
 from minigpt.evaluation import (
     METRIC_PATH,
     block_windows,
+    count_words,
     evaluate_model,
     evaluate_stream,
+    load_split,
     plan_windows,
+    words_in_pieces,
 )
 from minigpt.hub.loading import load_model, load_tokenizer, resolve_model
 from minigpt.training.trainer import MiniGPTTrainer, TextScores
@@ -209,6 +213,63 @@ def test_ten_shakespeare_passages_give_lm_evals_bits_per_byte(run, tokenizer, tm
     assert result.num_bytes == result.text_bytes == sum(len(p.encode()) for p in passages)
     assert result.num_text_tokens == result.num_stream_tokens - 10  # every token but the 10 separators
     assert abs(result.bits_per_byte - expected) < 1e-5
+
+
+def test_metric_reports_lm_evals_byte_and_word_perplexity():
+    metric = evaluate.load(str(METRIC_PATH), keep_in_memory=True)
+    metric.add_batch(
+        nll_sum=[3.0, 4.0], num_tokens=[2, 2], text_nll_sum=[2.0, 4.0], num_text_tokens=[1, 2], num_bytes=[2, 6]
+    )
+    scores = metric.compute(text_words=3)
+    assert scores["byte_perplexity"] == pytest.approx(math.exp(6.0 / 8)) == 2 ** scores["bits_per_byte"]
+    assert scores["word_perplexity"] == pytest.approx(math.exp(6.0 / 3))
+    metric.add_batch(nll_sum=[3.0], num_tokens=[2], text_nll_sum=[2.0], num_text_tokens=[1], num_bytes=[2])
+    assert metric.compute()["word_perplexity"] is None  # no words counted: none reported
+
+
+@pytest.mark.parametrize(
+    "documents",
+    [
+        ["To be, or not to be:\n that is the question.\n", "  Ay.\n\nNo.", " ", "x"],
+        # a no-break space is whitespace to `\s` too
+        ["a" * 7 + " \n\t " + "b" * 5 + "\n\n", "\n\n\n", "word\u00a0word  end "],
+    ],
+)
+def test_words_are_counted_as_lm_eval_counts_them_however_the_documents_are_cut(documents):
+    expected = sum(len(re.split(r"\s+", d)) for d in documents)  # lm-eval's count_words, per document
+    for size in (1, 2, 3, 5, 100):  # text files' rows: each document cut in pieces of `size` characters
+        pieces = []
+        for document in documents:
+            cuts = [document[i : i + size] for i in range(0, len(document), size)]
+            pieces += [(cut, i == len(cuts) - 1) for i, cut in enumerate(cuts)]
+        pieces.insert(1, ("", False))  # an empty row changes nothing
+        assert words_in_pieces(pieces) == expected, size
+
+
+def test_a_text_files_words_are_counted_across_its_rows(tmp_path):
+    text = SHAKESPEARE.read_text()  # about 17 rows of 64K characters, most ending a line
+    split = load_split(SHAKESPEARE, None, {}, str(tmp_path / "cache"))
+    assert split.by_document and split.rows > 10
+    assert count_words(split) == len(re.split(r"\s+", text)) == 202_652
+
+
+def test_word_and_byte_perplexity_of_known_documents_are_lm_evals(run, tokenizer, tmp_path):
+    documents = ["To be, or not to be: that is the question.\n", "  Ay.\n\nNo."]
+    # lm-eval's words: 10 and an empty one after the newline; an empty one before the spaces, 2 more.
+    assert [len(re.split(r"\s+", d)) for d in documents] == [11, 3]
+    location = resolve_model(run)
+    data = write_jsonl(tmp_path / "known.jsonl", documents)
+    result = evaluate_model(location, data=data, show_progress=False)
+    text_bytes = sum(len(d.encode()) for d in documents)
+    bits = lm_eval_bits_per_byte(load_model(location), load_tokenizer(location), documents, CONTEXT)
+    nll = bits * text_bytes * math.log(2)  # -sum of the documents' log-likelihoods
+    assert result.num_words == 14 and result.num_bytes == text_bytes == 53
+    assert result.word_perplexity == pytest.approx(math.exp(nll / 14), rel=1e-5)
+    assert result.byte_perplexity == pytest.approx(math.exp(nll / text_bytes), rel=1e-5)
+    assert result.byte_perplexity == pytest.approx(2**result.bits_per_byte, rel=1e-12)
+    packed = evaluate_model(location, data=data, packed=True, show_progress=False)
+    assert packed.word_perplexity is None and packed.num_words is None  # not every token scored
+    assert packed.byte_perplexity == pytest.approx(2**packed.bits_per_byte, rel=1e-12)
 
 
 @pytest.fixture(scope="module")

@@ -275,6 +275,39 @@ def test_gpt_neox_config_also_carries_the_keys_transformers_4_reads(exported):
     assert config["rope_parameters"]["partial_rotary_factor"] == 1.0
 
 
+@pytest.mark.parametrize(
+    "rope",
+    [{"rope_type": "default", "rope_theta": 500.0}, {"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0}],
+    ids=["theta", "linear_scaled"],
+)
+@pytest.mark.parametrize("case", ["gpt_neox", "starcoder2", "llama", "qwen3"])
+def test_rotary_settings_are_also_top_level_for_transformers_4_and_load_the_same_in_5(tmp_path, case, rope):
+    """transformers 4.x reads `rope_theta` and `rope_scaling` top-level (it ignores `rope_parameters`,
+    taking base 10000); the export writes both forms, and 5.x still loads the same model from them."""
+    from transformers import AutoModelForCausalLM
+
+    options, target, _ = CASES[case]
+    tokenizer = build_tiny_tokenizer()
+    model = randomise(tiny_model(seed=5, **options, rope_parameters=dict(rope)), seed=6)
+    export_stock_folder(model, tokenizer, tmp_path / case, target=target)
+    config = json.loads((tmp_path / case / "config.json").read_text())
+    assert config["rope_theta"] == 500.0 and config["rope_parameters"]["rope_theta"] == 500.0
+    if rope["rope_type"] == "linear":
+        assert config["rope_scaling"] == {"rope_type": "linear", "factor": 2.0}
+    else:
+        assert "rope_scaling" not in config
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / case).eval()
+    assert {k: v for k, v in loaded.config.rope_parameters.items() if k != "partial_rotary_factor"} == rope
+    ids = text_batch(tokenizer)
+    with torch.no_grad():
+        ours, theirs = model(ids).logits, loaded(ids).logits
+        assert (ours - theirs).abs().max().item() <= TOLERANCE
+        # The base matters here: the same weights at transformers 4.x's fallback base differ.
+        fallback = tiny_model(seed=5, **options, rope_parameters=dict(rope, rope_theta=10000.0))
+        fallback.load_state_dict(model.state_dict())
+        assert (ours - fallback(ids).logits).abs().max().item() > 100 * TOLERANCE
+
+
 def test_model_card_parses_and_says_where_the_model_came_from(exported):
     from huggingface_hub import ModelCard
 

@@ -21,6 +21,7 @@ STAGE_RANK = {
     "minigpt.cpu_load": 0,
     "minigpt.progress": 0,
     "minigpt.run_layout": 0,
+    "minigpt.cache_dir": 0,
     "minigpt.model": 1,
     "minigpt.data": 2,
     "minigpt.export": 3,  # stock architectures and GGUF, in and out: imports the model and data stages
@@ -32,6 +33,7 @@ STAGE_RANK = {
     "minigpt.metrics": 7,
     "minigpt.app": 8,  # the web app: runs training, loads and generates
     "minigpt.benchmarks": 8,
+    "minigpt.serving": 8,  # OpenAI-compatible servers on the export stage's files
 }
 
 

@@ -34,6 +34,7 @@ from ..generation.sampling import (
     random_seed,
     seeded_eval_mode,
 )
+from ..run_layout import RESOLVED_CONFIG_NAME
 
 # Reply limit when neither the caller, the run's samples nor the generation config set one:
 # a quarter of the context, so the history keeps most of it.
@@ -44,7 +45,8 @@ HOW_TO_GET_A_TEMPLATE = (
 
 
 class NotAChatModelError(MiniGPTUserError):
-    """The tokenizer has no chat template or no end-of-turn token: a base model, not a chat one."""
+    """A base model, not a chat one: trained on text, or its tokenizer has no chat template or no
+    end-of-turn token."""
 
 
 class ChatError(MiniGPTUserError):
@@ -70,6 +72,40 @@ def end_of_turn_ids(tokenizer, name: str = "the model") -> list[int]:
     if tokenizer.eos_token_id is not None and tokenizer.eos_token_id != im_end:
         ids.append(tokenizer.eos_token_id)
     return ids
+
+
+def trained_on_text(run_config: dict[str, Any] | None) -> str | None:
+    """The `data.format` of the training that made a base model, or None for a chat model or a model
+    with no training config beside it.
+
+    Every tokenizer MiniGPT trains carries the chat template and role tokens (a chat run needs them
+    in its base), so the template alone cannot tell a base model from a chat one: the training does.
+    A model's last run trained on conversations when its resolved config (beside every final model,
+    checkpoint and published model) says `data.format: chat`; any other format is text. A model with
+    no such config (a stock export, another project's model) is left to its tokenizer.
+    """
+    data = (run_config or {}).get("data")
+    if not isinstance(data, dict):
+        return None
+    data_format = data.get("format", "auto")
+    return None if data_format == "chat" else str(data_format)
+
+
+def require_chat_model(
+    tokenizer, run_config: dict[str, Any] | None = None, name: str = "the model"
+) -> list[int]:
+    """`end_of_turn_ids`, after refusing a base model: one trained on text by its run config
+    (`trained_on_text`), or one whose tokenizer has no chat template or `<|im_end|>` token.
+
+    Raises NotAChatModelError, one line that names `name` and says how to make a chat model of it.
+    """
+    data_format = trained_on_text(run_config)
+    if data_format is not None:
+        raise NotAChatModelError(
+            f"{name} was trained on text, not conversations (a base model: data.format {data_format} in "
+            f"its {RESOLVED_CONFIG_NAME}): {HOW_TO_GET_A_TEMPLATE.format(name)}"
+        )
+    return end_of_turn_ids(tokenizer, name)
 
 
 @dataclass
@@ -120,13 +156,14 @@ class ChatSession:
         self.tokenizer = tokenizer
         self.settings = settings or SamplingSettings()
         self.settings.validate()
-        self.end_ids = end_of_turn_ids(tokenizer, name)
+        self.end_ids = require_chat_model(tokenizer, run_config, name)
         self.system_prompt = system_prompt or None
         self.messages: list[dict[str, str]] = []
         for message in messages or []:
             self._check_message(message)
             self.messages.append({"role": message["role"], "content": message["content"]})
         self.generation_config = self._generation_config(run_config)
+        self._check_room_for_a_message()
         self.last_reply: Reply | None = None
         self._stop = threading.Event()
         self._replying = threading.Lock()
@@ -221,6 +258,23 @@ class ChatSession:
         )
         return list(ids)
 
+    def _check_room_for_a_message(self) -> None:
+        """Refuse at the start, in one line, a reply limit that would refuse every message: the
+        system prompt, the turn's headers, a one-token message and the reply must fit the context."""
+        fixed = len(self._render([{"role": "user", "content": ""}]))  # everything but the message
+        most = self.context - fixed - 1  # the longest reply beside a one-token message
+        if most < 1:
+            raise ConfigError(
+                f"the system prompt and the turn's headers take {fixed} of the model's {self.context} "
+                "context tokens: no room is left for a message and its reply; shorten the system prompt"
+            )
+        if self.reply_limit > most:
+            raise ConfigError(
+                f"the reply limit ({self.reply_limit} tokens) leaves no room for a message in the model's "
+                f"context of {self.context} tokens (the system prompt and the turn's headers take {fixed}): "
+                f"lower it to at most {most}"
+            )
+
     def _generation_config(self, run_config: dict[str, Any] | None) -> GenerationConfig:
         """The reply's sampling, as `scripts/generate.py` builds it, ending at the end-of-turn ids."""
         config = build_generation_config(self.model.generation_config, self.settings, run_config)
@@ -304,4 +358,12 @@ class ChatSession:
         )
 
 
-__all__ = ["ChatError", "ChatSession", "NotAChatModelError", "Reply", "end_of_turn_ids"]
+__all__ = [
+    "ChatError",
+    "ChatSession",
+    "NotAChatModelError",
+    "Reply",
+    "end_of_turn_ids",
+    "require_chat_model",
+    "trained_on_text",
+]

@@ -3,7 +3,8 @@
 `to_stock_model` copies the weights into the stock class `choose_architecture` picks and checks on a
 batch that both compute the same logits; `export_stock_folder` writes what `from_pretrained` needs
 (stock config with no `auto_map`, safetensors, tokenizer, generation config) plus a model card, into
-a staging folder that replaces the output folder only when complete.
+a staging folder that replaces the output folder only when complete. The config and tokenizer files
+carry the keys transformers 4.x reads as well as 5.x's, so both load the same model.
 """
 
 from __future__ import annotations
@@ -109,6 +110,25 @@ def save_portable_tokenizer(tokenizer: PreTrainedTokenizerBase, folder: Path) ->
     config_path.write_text(json.dumps(values, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
+def add_legacy_rope_keys(config_path: Path) -> None:
+    """Write the rotary settings into `config.json` the way transformers 4.x reads them too.
+
+    5.x keeps them only in `rope_parameters`, which 4.x (4.57 included) ignores: it reads the base
+    from a top-level `rope_theta` (10000 when absent) and any scaling from `rope_scaling`. 5.x loading
+    the folder folds both back into `rope_parameters` (same values: the same model). Nothing for a
+    learned-position family (no `rope_parameters`).
+    """
+    values = json.loads(config_path.read_text(encoding="utf-8"))
+    rope = values.get("rope_parameters")
+    if not isinstance(rope, dict) or "rope_theta" not in rope:
+        return
+    values["rope_theta"] = rope["rope_theta"]
+    scaling = {key: value for key, value in rope.items() if key not in ("rope_theta", "partial_rotary_factor")}
+    if scaling.get("rope_type", "default") != "default":
+        values["rope_scaling"] = scaling
+    config_path.write_text(json.dumps(values, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
 def portable_generation_config(
     generation_config: GenerationConfig, tokenizer: PreTrainedTokenizerBase, context: int
 ) -> GenerationConfig:
@@ -153,6 +173,7 @@ def write_stock_folder(
     with atomic_output_dir(output_dir) as staging:
         export.model.generation_config = portable_generation_config(generation_config, tokenizer, context)
         export.model.save_pretrained(staging)
+        add_legacy_rope_keys(staging / "config.json")
         save_portable_tokenizer(tokenizer, staging)
         chat = isinstance(tokenizer.chat_template, str)
         facts = exported_card_facts(
@@ -179,6 +200,7 @@ def export_stock_folder(
 __all__ = [
     "CHECK_TOLERANCE",
     "StockExport",
+    "add_legacy_rope_keys",
     "export_stock_folder",
     "max_logit_difference",
     "portable_generation_config",

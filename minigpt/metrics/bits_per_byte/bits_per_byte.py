@@ -1,4 +1,4 @@
-"""Loss, perplexity and bits per byte of a causal language model over a text, as an `evaluate` metric.
+r"""Loss, perplexity and bits per byte of a causal language model over a text, as an `evaluate` metric.
 
 Inputs are per-window sums, not per-token values, so a whole corpus costs a few numbers per
 window: `nll_sum` and `num_tokens` (summed next-token cross-entropy in nats of the predictions
@@ -6,14 +6,20 @@ scored, and how many), `text_nll_sum` and `num_text_tokens` (the same for the pr
 encode text: not an end-of-text separator or another special token) and `num_bytes` (the UTF-8
 bytes those text tokens encode).
 
-    loss           = sum(nll_sum) / sum(num_tokens)                    nats per predicted token
-    perplexity     = exp(loss)
-    bits_per_byte  = sum(text_nll_sum) / sum(num_bytes) / ln 2         bits per byte, any tokenizer
+    loss             = sum(nll_sum) / sum(num_tokens)                  nats per predicted token
+    perplexity       = exp(loss)
+    bits_per_byte    = sum(text_nll_sum) / sum(num_bytes) / ln 2       bits per byte, any tokenizer
+    byte_perplexity  = exp(sum(text_nll_sum) / sum(num_bytes))         = 2 ** bits_per_byte
+    word_perplexity  = exp(sum(text_nll_sum) / text_words)             with compute(text_words=N)
 
 Bits per byte is the loss of the tokens that encode the text over the bytes they encode, as
 lm-evaluation-harness's `bits_per_byte` (-sum of log-likelihoods / bytes / ln 2); no token is
 counted at an average. `compute(text_bytes=N)` divides by N instead of the summed `num_bytes`:
-the text's own size, exact for any tokenizer when every token of the text was scored.
+the text's own size, exact for any tokenizer when every token of the text was scored. The two
+perplexities are lm-evaluation-harness's `byte_perplexity` and `word_perplexity` (its
+`weighted_perplexity` aggregation: exp of the negative log-likelihood over the bytes, or over the
+words, `len(re.split(r"\s+", document))` summed over the documents, which the caller counts and
+passes as `text_words`; without it `word_perplexity` is None).
 
 Shipped inside the minigpt package and loaded offline from its path:
 `evaluate.load(str(path_to_this_folder))`.
@@ -35,10 +41,13 @@ Args:
     num_text_tokens (`list[int]`): predicted tokens that encode text in each window.
     num_bytes (`list[int]`): UTF-8 bytes those text tokens encode.
     text_bytes (`int`, optional): bytes to divide by instead of sum(num_bytes) (keyword of `compute`).
+    text_words (`int`, optional): words of the scored text, lm-eval's count (keyword of `compute`).
 Returns:
     loss (`float`): mean nats per predicted token.
     perplexity (`float`): exp(loss).
     bits_per_byte (`float`): nats of the text tokens / their bytes / ln 2.
+    byte_perplexity (`float`): exp(nats of the text tokens / their bytes) = 2 ** bits_per_byte.
+    word_perplexity (`float` or None): exp(nats of the text tokens / text_words); None without text_words.
     num_tokens (`int`), num_text_tokens (`int`), num_bytes (`int`): the totals used.
 Examples:
     >>> metric = evaluate.load("minigpt/metrics/bits_per_byte")
@@ -46,6 +55,14 @@ Examples:
     ...                num_text_tokens=[1, 2], num_bytes=[2, 6])["bits_per_byte"] * math.log(2)
     0.75
 """
+
+
+def _exp(x: float) -> float:
+    """exp(x), inf past a float's range (a random model's word perplexity on long words), as lm-eval."""
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
@@ -74,18 +91,24 @@ class BitsPerByte(evaluate.Metric):
         num_text_tokens: list[int],
         num_bytes: list[int],
         text_bytes: int | None = None,
-    ) -> dict[str, float | int]:
+        text_words: int | None = None,
+    ) -> dict[str, float | int | None]:
         total_tokens = int(sum(num_tokens))
         total_bytes = int(sum(num_bytes)) if text_bytes is None else int(text_bytes)
         if total_tokens <= 0 or total_bytes <= 0:
             raise ValueError(
                 f"need predicted tokens and bytes, got {total_tokens} tokens and {total_bytes} bytes"
             )
+        if text_words is not None and text_words <= 0:
+            raise ValueError(f"need words to divide by, got text_words={text_words}")
         loss = math.fsum(nll_sum) / total_tokens
+        text_nll = math.fsum(text_nll_sum)
         return {
             "loss": loss,
             "perplexity": math.exp(loss),
-            "bits_per_byte": math.fsum(text_nll_sum) / total_bytes / math.log(2),
+            "bits_per_byte": text_nll / total_bytes / math.log(2),
+            "byte_perplexity": _exp(text_nll / total_bytes),
+            "word_perplexity": None if text_words is None else _exp(text_nll / text_words),
             "num_tokens": total_tokens,
             "num_text_tokens": int(sum(num_text_tokens)),
             "num_bytes": total_bytes,

@@ -1,0 +1,159 @@
+"""Run an existing OpenAI-compatible server on a model's exported files until Ctrl-C.
+
+    transformers   `transformers serve`, in this process (its CLI's own `Serve`), pinned to the stock
+                   folder: FastAPI and uvicorn, replies through `generate` with the folder's
+                   generation config (stops at `<|im_end|>` and the end of text)
+    llama.cpp      llama.cpp's own server (`llama-server`), in this process through `xllamacpp`, on
+                   the GGUF: one slot of the model's context, an f32 KV cache and no flash attention
+                   (both round to f16 inside: MiniGPT's greedy tokens need neither)
+
+Both answer `/v1/chat/completions` (the chat template applied by the engine), `/v1/completions`
+and `/v1/models` on `host:port`, loopback unless told otherwise, with no cross-origin access for web
+pages. Ctrl-C (or SIGTERM) stops the server and ends the call with KeyboardInterrupt, which
+`minigpt.errors.run_cli` turns into one line and exit code 130.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import signal
+import socket
+import sys
+import threading
+import time
+
+from ..errors import MiniGPTUserError
+from .exports import EngineFiles
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+LLAMA_ERRORS = (
+    1  # llama.cpp's log verbosity: errors only (2 adds warnings about its padded context, 3 every step)
+)
+
+
+class ServingError(MiniGPTUserError):
+    """The server cannot start: the port is taken, the address is not this machine's, a missing engine."""
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Raise ServingError (one line) unless a server could listen on `host:port` now.
+
+    The probe binds as both servers do, with SO_REUSEADDR (a port whose last connections are in
+    TIME_WAIT is free to them), and lets go at once.
+    """
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as err:
+        raise ServingError(f"cannot listen on {host}: {err.strerror}") from None
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as err:
+            if err.errno == errno.EADDRINUSE:
+                raise ServingError(
+                    f"port {port} on {host} is in use (another server?): pass a free one with --port"
+                ) from None
+            raise ServingError(f"cannot listen on {host}:{port}: {err.strerror}") from None
+
+
+def base_url(host: str, port: int) -> str:
+    """The URL an OpenAI client takes as `base_url`."""
+    shown = f"[{host}]" if ":" in host else host  # an IPv6 address
+    return f"http://{shown}:{port}/v1"
+
+
+def serve_transformers(files: EngineFiles, host: str, port: int, threads: int | None = None) -> None:
+    """`transformers serve` on the stock folder, in this process, until Ctrl-C."""
+    from transformers.utils.import_utils import is_serve_available
+
+    if not is_serve_available():
+        raise ServingError(
+            "transformers serve needs openai, fastapi, uvicorn and pydantic: pip install -e '.[serve]'"
+        )
+    import torch
+    from transformers.cli.serve import Serve
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    # transformers serve names a local model by the path it was given, and a request naming another
+    # model is refused: from the export's root the path is the short name (`shakespeare-chat`), which
+    # is then what clients send. Serving is all this process does until it ends.
+    with contextlib.chdir(files.root):
+        try:
+            # uvicorn handles Ctrl-C itself (a graceful shutdown), puts the previous handler back
+            # and raises the signal again: the KeyboardInterrupt of run_cli's guard ends the call.
+            Serve(force_model=files.name, host=host, port=port)
+        except SystemExit:  # uvicorn's way out when it cannot listen
+            check_port_free(host, port)  # taken since the check before exporting: say so
+            raise
+
+
+def _llama_params(files: EngineFiles, host: str, port: int, threads: int | None):
+    import xllamacpp
+
+    params = xllamacpp.CommonParams()
+    params.model.path = str(files.path)
+    params.model_alias = {files.name}  # what /v1/models lists
+    params.n_ctx = files.context
+    params.n_parallel = 1  # one slot with the whole context: requests take turns
+    params.hostnames = [host]
+    params.port = port
+    params.ui = False  # the API only, no web chat page
+    params.cors_origins = ""  # no cross-origin requests from web pages (llama.cpp's default allows any)
+    params.verbosity = LLAMA_ERRORS
+    params.warmup = False  # a tiny model needs no warm-up run
+    params.cache_type_k = params.cache_type_v = xllamacpp.ggml_type.GGML_TYPE_F32
+    params.flash_attn_type = xllamacpp.llama_flash_attn_type.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    if threads is not None:
+        params.cpuparams.n_threads = params.cpuparams_batch.n_threads = threads
+    return params
+
+
+def serve_llama_cpp(files: EngineFiles, host: str, port: int, threads: int | None = None) -> None:
+    """llama.cpp's server (xllamacpp) on the GGUF, in this process, until Ctrl-C."""
+    try:
+        import xllamacpp
+    except ImportError:
+        raise ServingError("the llama.cpp engine needs xllamacpp: pip install -e '.[serve]'") from None
+    try:
+        server = xllamacpp.Server(_llama_params(files, host, port, threads))
+    except RuntimeError:  # its reason went to its log, above
+        check_port_free(host, port)  # taken since the check before exporting: say so
+        raise ServingError(
+            f"llama.cpp could not start its server on {host}:{port} (its log says why)"
+        ) from None
+    # llama.cpp's server installs C handlers for SIGINT and SIGTERM that never reach Python, so
+    # Ctrl-C would do nothing: put Python's own handlers (run_cli's guard) back in place.
+    if threading.current_thread() is threading.main_thread():  # (handlers live in the main thread)
+        for stop_signal in STOP_SIGNALS:
+            signal.signal(stop_signal, signal.getsignal(stop_signal))
+    print(
+        f"llama.cpp's server is running on {base_url(host, port)} (Ctrl-C stops it)",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        while True:
+            time.sleep(3600)
+    finally:
+        del server  # stops the HTTP and inference threads, closes the socket
+
+
+SERVERS = {"transformers": serve_transformers, "llama.cpp": serve_llama_cpp}
+
+
+def serve(files: EngineFiles, host: str, port: int, threads: int | None = None) -> None:
+    """Serve `files` with their engine on `host:port` until Ctrl-C (KeyboardInterrupt)."""
+    SERVERS[files.engine](files, host, port, threads)
+
+
+__all__ = [
+    "ServingError",
+    "base_url",
+    "check_port_free",
+    "serve",
+    "serve_llama_cpp",
+    "serve_transformers",
+]
