@@ -22,12 +22,13 @@ STAGE_RANK = {
     "minigpt.progress": 0,
     "minigpt.run_layout": 0,
     "minigpt.cache_dir": 0,
+    "minigpt.console": 0,
     "minigpt.model": 1,
     "minigpt.data": 2,
     "minigpt.export": 3,  # stock architectures and GGUF, in and out: imports the model and data stages
     "minigpt.hub": 4,  # store, loading by id or folder, publishing (publishes the stock form): below training
     "minigpt.generation": 5,  # sampling from any model: what training's samples use too
-    "minigpt.chat": 5.5,  # conversations, chat-ready models, sessions: samples replies, chat runs encode with it
+    "minigpt.chat": 5.5,  # chat-ready models and sessions: samples replies (conversations are a data format)
     "minigpt.training": 6,  # starts from trained, published or stock models
     "minigpt.evaluation": 7,
     "minigpt.metrics": 7,

@@ -14,7 +14,6 @@ so it stays within its time there too.
 from __future__ import annotations
 
 import json
-import os
 import platform
 import re
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 import torch
 
 from ..atomic import atomic_write_file
+from ..cache_dir import user_cache_dir
 from ..cpu_load import is_busy, others_busy_cores, read_cpu_times
 
 PEAK_FLOPS_FILE = "peak_flops.json"
@@ -162,7 +162,7 @@ def resolve_peak_flops(
         known = datasheet_peak(device_name(device), precision)
         if known is not None:
             return PeakFlops(known[1], f"datasheet: {known[0]}, {precision} dense", trusted=True)
-    cache_file = cache_file or cache_dir() / PEAK_FLOPS_FILE
+    cache_file = cache_file or user_cache_dir() / PEAK_FLOPS_FILE
     entry = _read_cache(cache_file).get(peak_flops_key(device, dtype))
     if _valid(entry):
         how = entry.get("how", "measured")
@@ -178,15 +178,6 @@ def resolve_peak_flops(
         trusted=False,
         measured=True,
     )
-
-
-def cache_dir() -> Path:
-    """MiniGPT's per-user cache folder: `$MINIGPT_CACHE_DIR`, else `$XDG_CACHE_HOME/minigpt`, else
-    `~/.cache/minigpt`."""
-    if os.environ.get("MINIGPT_CACHE_DIR"):
-        return Path(os.environ["MINIGPT_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "minigpt"
 
 
 def device_name(device: torch.device) -> str:
@@ -218,14 +209,14 @@ def peak_flops_key(device: torch.device, dtype: torch.dtype) -> str:
 def peak_is_cached(device: torch.device, dtype: torch.dtype, cache_file: Path | None = None) -> bool:
     """True when the cache holds a peak for `device` at `dtype` (measured on quiet cores, or
     raised to a rate training reached): a figure good enough to judge a run's speed by."""
-    return _valid(_read_cache(cache_file or cache_dir() / PEAK_FLOPS_FILE).get(peak_flops_key(device, dtype)))
+    return _valid(_read_cache(cache_file or user_cache_dir() / PEAK_FLOPS_FILE).get(peak_flops_key(device, dtype)))
 
 
 def store_peak_flops(
     device: torch.device, dtype: torch.dtype, flops: float, cache_file: Path | None = None, how: str = ""
 ) -> None:
     """Cache `flops` as the peak of `device` at `dtype` (a read-only home only loses the cache)."""
-    cache_file = cache_file or cache_dir() / PEAK_FLOPS_FILE
+    cache_file = cache_file or user_cache_dir() / PEAK_FLOPS_FILE
     cached = _read_cache(cache_file)
     cached[peak_flops_key(device, dtype)] = {
         "flops": flops,
@@ -256,7 +247,6 @@ __all__ = [
     "PEAK_FLOPS_FILE",
     "PeakFlops",
     "PeakMeasurement",
-    "cache_dir",
     "datasheet_peak",
     "device_name",
     "measure_matmul_peak",
