@@ -1,7 +1,7 @@
 """Per-step training time: the training path against a plain PyTorch loop and GPT-2 under a stock Trainer.
 
 Each contender trains in its own worker process (`worker.py`), so each keeps its own process-wide
-CPU settings (threads, denormal flushing, allocator thresholds), imports and allocator state. The parent
+CPU settings (threads, allocator thresholds), imports and allocator state. The parent
 interleaves the workers (one contender's short run, its long run, then the next contender), so load
 from other jobs hits all of them alike. Per-step time = (wall of a `long_steps` run - wall of a
 `short_steps` run) / (long_steps - short_steps): everything a run does once (building the model and
@@ -18,8 +18,8 @@ Contenders, all at the same shape (layers, heads, hidden, context, batch, vocabu
                       on an fp32-only CPU it repeats training_path): a comparison of defaults
   plain_loop          the same model, fused AdamW, clipping, warmup + cosine, in a bare loop
   gpt2_trainer        `GPT2LMHeadModel` under a stock `Trainer` (in-memory Dataset, default collator)
-  gpt2_trainer_cpu_settings  the same in a process with the CPU profile's settings (flushed denormals,
-                      freed memory kept), as MiniGPT's contenders run
+  gpt2_trainer_cpu_settings  the same in a process with the CPU profile's settings (freed
+                      memory kept), as MiniGPT's contenders run
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 SPEC is JSON: {"contender", "config", "overrides", "warmup_steps"}. The worker chooses the OpenMP wait
 policy as `scripts/train.py` does (before torch loads), applies the run's CPU settings (threads,
-denormal flushing, the allocator's thresholds), builds the contender, warms it up, answers
+the allocator's thresholds), builds the contender, warms it up, answers
 {"ready": true, "omp_wait_policy", "precision"}, then for each line {"steps": N} on stdin trains N steps and answers
 {"wall": s, "cpu": s} on stdout. Everything the training itself prints goes to stderr (the
 parent's log file), never into the answers.
@@ -42,7 +42,7 @@ def main(argv: list[str]) -> int:
         # Stock: the CPU as a plain PyTorch user gets it; or with the CPU profile's process settings.
         # The same GPT-2 under the same Trainer either way: only this process differs.
         tuned = contender == GPT2_CPU_SETTINGS
-        hardware = dataclasses.replace(run.hardware, flush_denormal=tuned, keep_freed_memory=tuned)
+        hardware = dataclasses.replace(run.hardware, keep_freed_memory=tuned)
         run, contender = dataclasses.replace(run, hardware=hardware), GPT2_STOCK
     if contender == OWN_PRECISION:  # the training path; its overrides left the config's precision
         contender = "training_path"

@@ -81,39 +81,25 @@ def tf32_matmuls(hardware: HardwareSettings) -> bool:
 
 @contextmanager
 def cpu_run_settings(hardware: HardwareSettings) -> Iterator[None]:
-    """The run's thread count (`torch_num_threads`; None: torch's own, a thread per core) and
-    denormal flushing, given back as they were when it ends.
-
-    `flush_denormal`: late in a run, softmax tails and the Adam moments of rare tokens underflow into
-    denormal floats, which x86 CPUs compute 10x or more slower; flushed to zero they run at full speed
-    (torch's worker threads flush too). glibc's allocator setting (`keep_freed_memory`) cannot be
-    undone, so it is not made here but where a process starts (scripts/train.py).
-    """
+    """The run's thread count (`torch_num_threads`; None: torch's own, a thread per core), given back
+    as it was when the run ends. glibc's allocator setting (`keep_freed_memory`) cannot be undone,
+    so it is not made here but where a process starts (scripts/train.py)."""
     threads_before = torch.get_num_threads()
-    flushing = _flush_denormal(hardware)
     if hardware.torch_num_threads is not None:
         torch.set_num_threads(hardware.torch_num_threads)
     try:
         yield
     finally:
         torch.set_num_threads(threads_before)
-        if flushing:
-            torch.set_flush_denormal(False)
 
 
 def apply_process_settings(hardware: HardwareSettings) -> None:
     """The run's CPU settings for the rest of a process that does one job and exits (a benchmark
-    worker): glibc keeps freed memory (`keep_freed_memory`), denormals flush, the thread count."""
+    worker): glibc keeps freed memory (`keep_freed_memory`), the thread count."""
     if hardware.keep_freed_memory:
         keep_freed_memory()
-    _flush_denormal(hardware)
     if hardware.torch_num_threads is not None:
         torch.set_num_threads(hardware.torch_num_threads)
-
-
-def _flush_denormal(hardware: HardwareSettings) -> bool:
-    """Denormals as zero when the settings ask for it; True if the CPU took it (x86 DAZ)."""
-    return hardware.flush_denormal and torch.set_flush_denormal(True)
 
 
 __all__ = [

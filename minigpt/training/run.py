@@ -124,7 +124,7 @@ def run_training(
     thread, pass a `StopController` and call its `request_stop()`: the run saves a checkpoint at
     the next step and returns with `stopped=True`. SIGINT/SIGTERM do the same when this runs in
     the main thread. `resume=True` continues from the newest complete checkpoint in output_dir.
-    The thread count and denormal flushing the run sets are as they were again when it returns.
+    The thread count the run sets is as it was again when it returns.
     """
     started = time.perf_counter()
     stop_controller = stop_controller or StopController()

@@ -213,11 +213,6 @@ class HardwareSettings:
     `attn_implementation: auto` the attention kernel follows: torch's sdpa kernel is the fastest in
     fp32 but 3x slower than plain matmul ("eager") attention in bf16 on a CPU.
 
-    `flush_denormal`: late in training, softmax tails and AdamW moments of rare tokens underflow
-    into denormal floats, which x86 CPUs compute 10x or more slower; flushed to zero, a training
-    step at 300 steps in was 4-14% faster (more later in a run). `run_training` sets it for the
-    whole process, torch's worker threads included.
-
     `keep_freed_memory`: glibc returns large freed blocks to the kernel, so every training step
     page-faults its activations and gradients back in (7-8% of a small CPU step); on, freed memory
     stays in the process for the next step (see cpu_allocator.py). Set for the whole process.
@@ -239,7 +234,6 @@ class HardwareSettings:
     per_device_eval_batch_size: int = 16  # blocks per forward pass when evaluating
     dataloader_num_workers: int = 0  # worker processes feeding batches (0: the training process itself)
     torch_num_threads: int | None = None  # torch CPU threads per process (None: torch's default, one per core)
-    flush_denormal: bool = False  # CPU: treat denormal floats as zero (x86 FTZ/DAZ), see above
     keep_freed_memory: bool = False  # CPU: glibc keeps freed blocks for reuse (no page faults per step)
     peak_flops: float | Literal["auto"] = "auto"  # peak FLOP/s of one device for MFU; "auto" measures it
 
