@@ -281,7 +281,9 @@ def test_ctrl_c_stops_the_server_cleanly(engine, chat_run, tmp_path):
         code = server.stop()
     output = server.output()
     assert code == INTERRUPTED_EXIT_CODE, output[-3000:]
-    assert output.rstrip().splitlines()[-1] == INTERRUPTED_LINE
+    # The line is said, and nothing went wrong: no traceback. (transformers 5.25's server leaves a
+    # semaphore that multiprocessing's resource tracker warns about after it, in its own process.)
+    assert INTERRUPTED_LINE in output.splitlines() and "Traceback" not in output, output[-3000:]
     assert "Traceback" not in output
     check_port_free("127.0.0.1", port)  # the socket is closed
 
