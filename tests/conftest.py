@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -149,10 +150,26 @@ def minigpt_cache_dir(tmp_path_factory):
 @pytest.fixture
 def subprocess_env(tmp_path):
     """Environment for a child Python: offline, run from a folder outside the repo."""
-    # PYTHONPATH: the checkout under test, not whichever one the editable install points at.
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(REPO_ROOT))
-    env["HF_HOME"] = str(tmp_path / "hf_home")
-    return env
+    return child_env(tmp_path)
+
+
+def child_env(home: Path) -> dict[str, str]:
+    """A child Python's environment: offline, its hub cache under `home`; PYTHONPATH is the checkout
+    under test, not whichever one the editable install points at."""
+    return dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        PYTHONPATH=str(REPO_ROOT),
+        HF_HOME=str(home / "hf_home"),
+    )
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now (other runs may hold a tool's default port)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 PYTHON = sys.executable

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import PYTHON, REPO_ROOT, build_tiny_tokenizer
+from conftest import PYTHON, REPO_ROOT, build_tiny_tokenizer, free_port
 
 try:
     from playwright.sync_api import expect, sync_playwright
@@ -248,10 +248,6 @@ class ConnectionRecorder:
         self.socket.close()
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -10,17 +10,15 @@ process writes there.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import PYTHON, REPO_ROOT, small_run_overrides, write_small_corpus
+from conftest import PYTHON, REPO_ROOT, child_env, free_port, small_run_overrides, write_small_corpus
 from safetensors.torch import load_file
 
 from minigpt.training.checkpoints import checkpoint_problems, mark_complete
@@ -40,10 +38,6 @@ SHARDED_LINE = re.compile(r"parameters: sharded over 2 processes \(FSDP2\): ([\d
 WHOLE_LINE = re.compile(r"parameters: a whole copy on each of 2 processes \(([\d,]+) each\)")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:  # other runs may hold accelerate's default 29500
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def launcher(config: str, *options: str) -> list[str]:
@@ -54,15 +48,6 @@ def launcher(config: str, *options: str) -> list[str]:
     ]
 
 
-def child_env(home: Path) -> dict[str, str]:
-    """As conftest's subprocess_env, for a module-scoped run: offline, this checkout first."""
-    return dict(
-        os.environ,
-        HF_HUB_OFFLINE="1",
-        TOKENIZERS_PARALLELISM="false",
-        PYTHONPATH=str(REPO_ROOT),
-        HF_HOME=str(home / "hf_home"),
-    )
 
 
 def train_command(launch: list[str], folder: Path, *extra: str) -> list[str]:

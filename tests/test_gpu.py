@@ -20,7 +20,6 @@ import importlib.util
 import json
 import math
 import os
-import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +30,7 @@ from conftest import (
     PYTHON,
     QWEN3_BLOCK,
     REPO_ROOT,
+    free_port,
     small_run_overrides,
     tiny_model_config,
     write_small_corpus,
@@ -253,10 +253,6 @@ def test_mfu_peak_is_the_datasheet_figure_at_the_training_precision():
     assert peak.flops == known[1] and peak.source == f"datasheet: {known[0]}, bf16 dense" and peak.trusted
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_two_gpu_ddp_gives_the_one_gpu_loss_curve(tmp_path, subprocess_env):

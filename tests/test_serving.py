@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import signal
 import socket
@@ -26,7 +25,7 @@ import httpx
 import openai
 import pytest
 import torch
-from conftest import PYTHON, QWEN3_BLOCK, REPO_ROOT, load_script, tiny_model
+from conftest import PYTHON, QWEN3_BLOCK, REPO_ROOT, child_env, free_port, load_script, tiny_model
 from talk_fixtures import build_chat_tokenizer, save_model
 
 from minigpt.chat.session import ChatSession
@@ -99,21 +98,8 @@ def projects_reply(model, tokenizer, max_new_tokens: int = MAX_TOKENS):
     return text, session.last_reply
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
-def child_env(home: Path) -> dict[str, str]:
-    # PYTHONPATH: the checkout under test, not whichever one the editable install points at.
-    return dict(
-        os.environ,
-        HF_HUB_OFFLINE="1",
-        TOKENIZERS_PARALLELISM="false",
-        PYTHONPATH=str(REPO_ROOT),
-        HF_HOME=str(home / "hf_home"),
-    )
 
 
 @dataclass

@@ -459,11 +459,3 @@ def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[dotted] = value
     return flat
-
-
-def resolve_resume_checkpoint(output_dir: str | os.PathLike, run_config: Mapping[str, Any]) -> str | None:
-    """`--resume` in one call: the newest complete checkpoint, checked against the run config."""
-    checkpoint = find_resume_checkpoint(output_dir)
-    if checkpoint is not None:
-        check_resume_compatible(run_config, checkpoint)
-    return checkpoint
