@@ -123,6 +123,8 @@ def test_a_chat_run_trains_on_assistant_tokens_and_resumes_exactly(work, base, c
     assert tokenizer.chat_template == load_tokenizer(base).chat_template
     generation = json.loads((result.final_dir / "generation_config.json").read_text())
     assert generation["eos_token_id"] == [tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    samples = (work / "chat" / "samples.txt").read_text()  # a conversation, written as its prompt is
+    assert "---\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n" in samples
 
     # Resume from checkpoint-2 in another folder: the same weights at step 4, bit for bit.
     resumed_dir = work / "chat-resumed"

@@ -225,6 +225,10 @@ if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
 
 
+def read_records(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+
+
 TEE = "import sys\nfor line in sys.stdin:\n    sys.stdout.write(line)\n    sys.stdout.flush()\n"
 
 
@@ -275,3 +279,7 @@ def test_ctrl_c_through_a_pipe_that_exits_still_saves_the_stop_step_and_resumes_
     expected = load_file(reference_dir / "final" / "model.safetensors")
     assert final.keys() == expected.keys()
     assert all(torch.equal(final[name], expected[name]) for name in expected)
+    # the resumed session's throughput counts the steps it trained, not max_steps (Trainer's own figure)
+    (session,) = [r for r in read_records(output_dir) if "train_runtime" in r][-1:]
+    assert session["train_steps_per_second"] * session["train_runtime"] == pytest.approx(400 - stop_step, rel=1e-3)
+    assert session["train_samples_per_second"] == pytest.approx(8 * session["train_steps_per_second"], rel=1e-6)

@@ -78,6 +78,8 @@ def assert_complete_run(output_dir: Path, max_steps: int) -> list[dict]:
         } <= set(record)
         assert record["tokens_per_second"] > 0 and 0 < record["mfu"] < 1
     assert train[-1]["step"] == max_steps
+    (session,) = [r for r in records if "train_runtime" in r]  # the steps trained, over Trainer's runtime
+    assert session["train_steps_per_second"] * session["train_runtime"] == pytest.approx(max_steps, rel=1e-3)
     assert train[-1]["loss"] < train[0]["loss"] - 0.3, "the training loss did not fall"
     assert evals[-1]["step"] == max_steps
     assert evals[-1]["eval_bpb"] < evals[0]["eval_bpb"] or len(evals) == 1
@@ -387,11 +389,15 @@ def test_flops_per_token_counts_matmuls_and_attention(tmp_path, tokenizer_dir, m
 
 
 def test_throughput_meter_and_log_line():
-    meter = ThroughputMeter(tokens_per_step=1000, flops_per_token=1e6, peak_flops=1e10, num_devices=2)
+    meter = ThroughputMeter(samples_per_step=10, block_size=100, flops_per_token=1e6, peak_flops=1e10, num_devices=2)
     meter.window_seconds, meter.window_steps = 2.0, 4  # 4 steps of 1000 tokens in 2 s
     window = meter.take_window()
     assert window == pytest.approx({"tokens_per_second": 2000.0, "mfu": 2000 * 1e6 / 2e10})
     assert meter.take_window() == {}
+    meter.steps_timed = 6  # a run stopped (or resumed) after 6 of its max_steps: rates of the 6
+    assert meter.session_rates(3.0) == pytest.approx(
+        {"train_steps_per_second": 2.0, "train_samples_per_second": 20.0, "train_tokens_per_second": 2000.0}
+    )
     line = format_log_line(
         {"loss": 2.5, "learning_rate": 1e-3, "grad_norm": 0.5, **window, "tokens_seen": 4000}, 4, 10
     )

@@ -20,6 +20,7 @@ from .chat_corpus import prepare_chat_corpus
 from .chat_encoding import ChatCollator
 from .chat_template import add_chat_tokens, stop_token_ids
 from .corpus import PreparedCorpus, prepare_corpus
+from .sample_prompts import corpus_prompts
 from .settings import DataSettings
 from .sources import plural
 from .token_bytes import token_byte_lengths
@@ -40,6 +41,7 @@ class RunData:
     notes: list[str]  # what preparing changed that a run should say (chat tokens added, say)
     added_token_ids: list[int]  # tokens preparing added to the tokenizer: a trained model needs rows for them
     description: str  # the run's "data:" line
+    sample_prompts: list[str]  # openings of validation lines or conversations: samples of a config naming none
 
     def start_epoch(self, epoch: int) -> None:
         """Shifted blocks move to `epoch`'s offset in the token stream; anything else stays."""
@@ -91,6 +93,7 @@ def prepare_run_data(
         notes=notes,
         added_token_ids=added,
         description=description,
+        sample_prompts=corpus_prompts(corpus.validation, tokenizer, chat=settings.format == "chat"),
     )
 
 

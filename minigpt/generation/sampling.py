@@ -225,9 +225,10 @@ def generate_samples(
     stream: bool = True,
     on_sample_start=None,
     fit_prompt: bool = False,
+    skip_special_tokens: bool = True,
 ) -> list[str]:
     """Generate `settings.num_samples` continuations of `prompt`; returns the full texts (prompt
-    included, special tokens left out).
+    included, special tokens left out unless `skip_special_tokens` is False).
 
     With `stream`, each sample's text is printed as it is produced (`TextStreamer`).
     `on_sample_start(i, seed)` is called before sample i (the CLI prints a header there).
@@ -238,13 +239,13 @@ def generate_samples(
         model, tokenizer, prompt, settings, run_config, fit_prompt=fit_prompt
     )
     base_seed = settings.seed if settings.seed is not None else random_seed()
-    streamer = TextStreamer(tokenizer, skip_prompt=False, skip_special_tokens=True) if stream else None
+    streamer = TextStreamer(tokenizer, skip_prompt=False, skip_special_tokens=skip_special_tokens) if stream else None
     texts = []
     for i in range(settings.num_samples):
         if on_sample_start is not None:
             on_sample_start(i, base_seed + i)
         output = sample_once(model, input_ids, generation_config, settings.decoding, base_seed + i, streamer)
-        texts.append(tokenizer.decode(output[0], skip_special_tokens=True))
+        texts.append(tokenizer.decode(output[0], skip_special_tokens=skip_special_tokens))
     return texts
 
 

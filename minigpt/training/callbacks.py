@@ -70,14 +70,18 @@ class ThroughputMeter:
     checkpointing between steps do not make training look slower than it is.
     """
 
-    def __init__(self, tokens_per_step: int, flops_per_token: float, peak_flops: float, num_devices: int):
-        self.tokens_per_step = tokens_per_step  # across all processes
+    def __init__(
+        self, samples_per_step: int, block_size: int, flops_per_token: float, peak_flops: float, num_devices: int
+    ) -> None:
+        self.samples_per_step = samples_per_step  # blocks per optimizer step, across all processes
+        self.tokens_per_step = samples_per_step * block_size
         self.flops_per_token = flops_per_token
         self.peak_flops = peak_flops  # of one device
         self.num_devices = num_devices
         self.step_started: float | None = None
         self.window_seconds = 0.0
         self.window_steps = 0
+        self.steps_timed = 0  # optimizer steps of this process's session (a resumed run counts from its resume)
 
     def start_step(self) -> None:
         self.step_started = time.perf_counter()
@@ -86,6 +90,7 @@ class ThroughputMeter:
         if self.step_started is not None:
             self.window_seconds += time.perf_counter() - self.step_started
             self.window_steps += 1
+            self.steps_timed += 1
             self.step_started = None
 
     def take_window(self) -> dict[str, float]:
@@ -96,6 +101,19 @@ class ThroughputMeter:
         achieved = tokens_per_second * self.flops_per_token / self.num_devices  # FLOP/s per device
         self.window_seconds, self.window_steps = 0.0, 0
         return {"tokens_per_second": tokens_per_second, "mfu": achieved / self.peak_flops}
+
+    def session_rates(self, runtime: float) -> dict[str, float]:
+        """Steps, samples and tokens per second of the steps trained in `runtime` seconds. Trainer's own
+        `train_*_per_second` count `max_steps`, which a run stopped early (max_time, Ctrl-C) or resumed
+        never trained."""
+        if runtime <= 0:
+            return {}
+        steps = self.steps_timed
+        return {
+            "train_steps_per_second": steps / runtime,
+            "train_samples_per_second": steps * self.samples_per_step / runtime,
+            "train_tokens_per_second": steps * self.tokens_per_step / runtime,
+        }
 
 
 class StepTimerCallback(TrainerCallback):
@@ -377,9 +395,18 @@ class SampleTextCallback(TrainerCallback):
             seed=self.seed + step,
         )
         return [
-            generate_samples(model, self.tokenizer, prompt, settings, stream=False, fit_prompt=True)[0]
+            generate_samples(
+                model, self.tokenizer, prompt, settings, stream=False, fit_prompt=True,
+                skip_special_tokens=not self.writes_special_tokens(prompt),
+            )[0]
             for prompt in self.prompts
         ]
+
+    def writes_special_tokens(self, prompt: str) -> bool:
+        """A prompt written with special tokens (a chat turn's `<|im_start|>user`...) is shown with
+        them, so its sample reads as a conversation and not as bare role words; text without them
+        is shown as text (no end-of-text token)."""
+        return any(token in prompt for token in self.tokenizer.all_special_tokens)
 
     def sample(self, args: TrainingArguments, state: TrainerState, model: torch.nn.Module) -> list[str]:
         """Generate one continuation per prompt (main process only); returns the texts.

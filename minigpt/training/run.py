@@ -45,6 +45,7 @@ from ..atomic import atomic_output_dir, atomic_write_file
 from ..chat.chat_format import fit_embeddings
 from ..data.compatibility import check_compatible
 from ..data.run_data import RunData, prepare_run_data
+from ..data.sources import plural
 from ..data.tokenizer import check_existing_tokenizer, load_or_train_tokenizer, load_tokenizer
 from ..distributed import is_main_process
 from ..errors import ConfigError
@@ -224,6 +225,12 @@ def _tokenizer_and_data(start: RunStart, args: TrainingArguments) -> tuple[PreTr
             eval_tokens=run.training.eval_tokens,
             max_position_embeddings=run.model.max_position_embeddings,
         )
+    if run.training.sample_prompts is None:  # the run's resolved config says the prompts it used
+        run.training.sample_prompts = data.sample_prompts
+        data.notes.append(
+            f"samples continue {plural(len(data.sample_prompts), 'opening')} of the validation split: "
+            f"{', '.join(map(repr, data.sample_prompts))} (training.sample_prompts to choose)"
+        )
     if args.should_save:
         for note in data.notes:
             print(note, flush=True)
@@ -334,7 +341,8 @@ def build_trainer(
     with args.main_process_first(desc="peak FLOP/s"):  # one process measures, the others read the cache
         peak = resolve_peak_flops(run.hardware.peak_flops, args.device, dtype, tf32=tf32_matmuls(run.hardware))
     meter = ThroughputMeter(
-        tokens_per_step=effective_batch_size(run.hardware, args.world_size) * run.data.block_size,
+        samples_per_step=effective_batch_size(run.hardware, args.world_size),
+        block_size=run.data.block_size,
         flops_per_token=flops_per_token(model, model.config, run.data.block_size),
         peak_flops=peak.flops,
         num_devices=args.world_size,

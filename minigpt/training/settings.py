@@ -141,7 +141,9 @@ class TrainingSettings:
     save_total_limit: int | None = 2  # keep at most this many checkpoints (None keeps all)
     report_to: str | list[str] = "none"  # extra loggers, e.g. "tensorboard" (needs the tensorboard package)
     sample_steps: int = 200  # print and save text samples every this many steps (0: only at the end)
-    sample_prompts: list[str] = field(default_factory=lambda: ["\n"])  # each prompt is continued once
+    # Each prompt is continued once per sampling; null: the openings of two validation lines (or a
+    # conversation up to its reply), written into resolved_config.yaml as the prompts used.
+    sample_prompts: list[str] | None = None
     sample_max_new_tokens: int = 64  # tokens generated per sample
     sample_temperature: float = 0.8  # softmax temperature for samples (0: greedy)
     sample_top_k: int | None = 50  # sample only from the k most likely tokens (None: all)
@@ -196,7 +198,10 @@ class TrainingSettings:
             require(
                 self.sample_top_k > 0, "training.sample_top_k", "must be positive or null", self.sample_top_k
             )
-        require(bool(self.sample_prompts), "training.sample_prompts", "needs at least one prompt", [])
+        require(
+            self.sample_prompts is None or bool(self.sample_prompts),
+            "training.sample_prompts", "needs at least one prompt (null: from the corpus)", [],
+        )
         require(bool(self.output_dir), "training.output_dir", "must not be empty", self.output_dir)
 
 

@@ -312,8 +312,8 @@ class MiniGPTTrainer(Trainer):
             if self.validation_blocks is not None and self.eval_dataset is not None:
                 logs["eval_blocks"] = len(self.eval_dataset)  # read by the evaluation, of ...
                 logs["validation_blocks"] = self.validation_blocks  # ... the split's
-        if "train_runtime" in logs and self.throughput is not None:  # Trainer's figure, from the steps trained
-            logs["train_tokens_per_second"] = logs.get("train_steps_per_second", 0.0) * self.throughput.tokens_per_step
+        if "train_runtime" in logs and self.throughput is not None:  # from the steps trained, not max_steps
+            logs.update(self.throughput.session_rates(logs["train_runtime"]))
         super().log(logs, start_time)
 
 
