@@ -467,3 +467,24 @@ def test_benchmark_data_reports_bytes_per_token_of_sampled_tokenizers(tmp_path, 
     for r in rows.values():
         assert r["bytes_per_token"] == r["validation_bytes"] / r["validation_tokens"] > 1
     assert "bytes/token" in capsys.readouterr().out
+
+
+def test_a_timed_stream_counts_from_its_first_piece():
+    from minigpt.benchmarks.serving_speed import serving_report, timed_stream
+    from minigpt.benchmarks.spread import spread
+
+    def pieces():
+        time.sleep(0.05)  # the first token's latency
+        for piece in ("", "Good", " morrow", ",", " Romeo"):
+            yield piece
+            time.sleep(0.01)
+
+    started = time.perf_counter()
+    timing = timed_stream(pieces(), lambda text: len(text.split()) + 1, started)
+    assert timing.tokens == 4  # 3 words + the end of turn
+    assert 0.05 <= timing.first_token_s < 0.5 and 0.03 <= timing.after_first_s < 0.5
+    assert timing.tokens_per_second == pytest.approx(3 / timing.after_first_s)
+    machine = {"cpu": "Test CPU", "cpu_flags": {"avx2": True}, "cores": 2, "torch": "t", "transformers": "x"}
+    row = {"first_token_ms": spread([5.0, 7.0]), "tokens_per_second": spread([100.0, 300.0]), "reply_tokens": [4]}
+    table = serving_report({"llama.cpp, 1 thread": row}, machine)
+    assert "| llama.cpp, 1 thread | 6.0 (5.0-7.0) | 200 (100-300) | 4 |" in table
