@@ -57,6 +57,7 @@ HELP_ONLY = {
     "scripts/app.py": "serves a web page until Ctrl-C",
     "scripts/chat.py": "reads the terminal until /quit (tests/test_chat_session.py drives it)",
     "scripts/serve.py": "serves until Ctrl-C (tests/test_serving.py starts both engines and stops them)",
+    "scripts/benchmark_serving.py": "starts four servers and times them (tests/test_serving.py serves both engines)",
 }
 # Scripts run with the documented arguments, in this process.
 RUN = (
