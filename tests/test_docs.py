@@ -82,6 +82,7 @@ PYTHON_COMPILE_ONLY = {
 TINY_TRAINING = [
     "training.max_steps=3",
     "training.max_time=null",
+    "training.budget=null",  # a documented budget would size and train a real model (tests/test_sizing.py)
     "training.warmup_steps=1",
     "training.logging_steps=1",
     "training.eval_steps=100",

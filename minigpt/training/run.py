@@ -51,6 +51,7 @@ from ..distributed import is_main_process
 from ..errors import ConfigError
 from ..model import MiniGPTConfig
 from ..progress import transformers_progress_bars
+from ..run_layout import PLAN_FILE
 from .base_model import (
     BaseModel,
     adopt_base_architecture,
@@ -94,6 +95,7 @@ from .run_folder import (
 )
 from .settings import ModelSettings, RunConfig, TrainingSettings, effective_batch_size
 from .shared_folder import check_shared_output_dir
+from .sizing import HEAD_SIZE, Plan, apply_settings, size_run
 from .summary import (
     EVALUATION_METRICS,
     TrainingResult,
@@ -135,6 +137,10 @@ def run_training(
         start = choose_start(run, resume, main=args.should_save)
         run = start.run
         tokenizer, data = _tokenizer_and_data(start, args)
+        if run.training.budget is not None:  # a new run sized for its corpus and budget
+            start.plan = _size_for_budget(start, tokenizer, data, args)
+        if start.plan is not None or start.plan_adopted:
+            args = training_arguments(run)  # the plan's steps, warmup and learning rates
         model = _model_to_train(start, tokenizer, data)
         args.eval_on_start = start.base_weights is not None  # step 0: a base on the new validation data
         trainer = build_trainer(run, args, model, tokenizer, data, callbacks, stop_controller)
@@ -167,6 +173,8 @@ class RunStart:
     base: BaseModel | None = None  # the base model a new run starts from (model.init_from)
     base_tokenizer: PreTrainedTokenizerBase | None = None
     base_weights: PreTrainedModel | None = None
+    plan: Plan | None = None  # what training.budget chose (a new run with a budget)
+    plan_adopted: bool = False  # resumed with a budget: the plan its checkpoint recorded
 
 
 def choose_start(run: RunConfig, resume: bool, main: bool) -> RunStart:
@@ -190,6 +198,11 @@ def choose_start(run: RunConfig, resume: bool, main: bool) -> RunStart:
         attention = resolve_hardware(adopted.hardware).attn_implementation
         start.base_weights = load_base_weights(base, model_config, attention)
         start.base, start.run = base, adopted
+    if start.checkpoint is not None and start.run.training.budget is not None:
+        # resumed: the plan the run chose at its start, not a new one from today's step times
+        saved = yaml.safe_load((Path(start.checkpoint) / RESOLVED_CONFIG_NAME).read_text(encoding="utf-8"))
+        apply_settings(start.run, saved)
+        start.plan_adopted = True
     run = start.run
     if start.checkpoint is not None:
         check_resume_compatible(run.to_dict(), start.checkpoint)
@@ -235,6 +248,38 @@ def _tokenizer_and_data(start: RunStart, args: TrainingArguments) -> tuple[PreTr
         for note in data.notes:
             print(note, flush=True)
     return tokenizer, data
+
+
+def _size_for_budget(start: RunStart, tokenizer: PreTrainedTokenizerBase, data: RunData, args: TrainingArguments) -> Plan:
+    """Choose the model and steps for training.budget on this corpus, set them on the run, say them.
+
+    Every process measures (the machine as loaded as it will train), the main one's plan is taken.
+    """
+    run = start.run
+
+    def config_for(layers: int, width: int) -> MiniGPTConfig:
+        shaped = dataclasses.replace(
+            run.model, num_hidden_layers=layers, hidden_size=width, num_attention_heads=width // HEAD_SIZE
+        )
+        return build_model_config(shaped, tokenizer)
+
+    plan = size_run(
+        run,
+        config_for,
+        corpus_tokens=data.corpus.train_stats.tokens,
+        tokens_per_step=effective_batch_size(run.hardware, args.world_size) * run.data.block_size,
+        accumulation=run.hardware.gradient_accumulation_steps,
+        dtype=training_dtype(run.hardware),
+    )
+    if args.world_size > 1:
+        chosen = [plan]
+        torch.distributed.broadcast_object_list(chosen, src=0)
+        plan = chosen[0]
+    apply_settings(run, plan.overrides())
+    if args.should_save:
+        for line in plan.lines():
+            print(line, flush=True)
+    return plan
 
 
 # ---- 3. the model ----------------------------------------------------------------------------------
@@ -410,6 +455,9 @@ def _announce(
     output_dir.mkdir(parents=True, exist_ok=True)
     with atomic_write_file(output_dir / RESOLVED_CONFIG_NAME) as handle:
         handle.write(run.to_yaml())
+    if start.plan is not None:
+        with atomic_write_file(output_dir / PLAN_FILE) as handle:
+            json.dump(start.plan.record(), handle, indent=2)
     print(describe_run(run, model, args, data.description, trainer.peak_flops), flush=True)
     if start.base is not None:
         print(

@@ -271,7 +271,12 @@ def check_cross_fields(run: RunConfig) -> None:
         check_fits_model(run)
         if run.data.needs_trained_model:
             raise ConfigError(f"data.format={run.data.format} fine-tunes a trained model: set model.init_from (docs/chat.md)")
-    if run.training.warmup_steps >= run.training.max_steps:
+    if run.training.budget is not None and run.model.init_from is not None:
+        raise ConfigError(
+            "training.budget sizes a new model; with model.init_from the shape is the base's: "
+            "set training.max_steps instead"
+        )
+    if run.training.warmup_steps >= run.training.max_steps and run.training.budget is None:
         raise ConfigError(
             f"training.warmup_steps ({run.training.warmup_steps}) must be less than "
             f"training.max_steps ({run.training.max_steps})"

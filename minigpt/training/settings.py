@@ -19,6 +19,7 @@ import yaml
 from ..data.settings import DataSettings, TokenizerSettings
 from ..errors import ConfigError
 from ..model.architecture_minigpt import OPTIONS, check_architecture, declare_fields
+from .sizing import parse_budget
 
 # MiniGPTConfig fields a run config may not set, and why. The tokenizer decides the vocabulary
 # size and special-token ids (len(tokenizer), not tokenizer.vocab_size, which is only a target),
@@ -115,6 +116,11 @@ class TrainingSettings:
     # Seconds of training (evaluation included; null: no limit) after which the run saves and ends,
     # at most max_steps. The schedule is planned for max_steps, so a run this ends is not decayed.
     max_time: float | None = None
+    # A budget the run sizes itself for: wall clock on this machine ("30m", "2h", "900s") or compute
+    # ("3e13 flops"). The run then chooses the model's depth, width and heads, max_steps, the learning
+    # rates, warmup and dropout (minigpt/training/sizing.py), overriding those keys, and writes the
+    # choice into resolved_config.yaml as plain values (budget null there). null: the config's values.
+    budget: str | None = None
     weight_decay: float = 0.1  # AdamW decoupled weight decay, applied to weight matrices only
     decay_embeddings: bool = False  # also decay token/position embeddings (and the tied output head)
     adam_beta1: float = 0.9  # AdamW first-moment decay
@@ -179,6 +185,8 @@ class TrainingSettings:
             require(self.eval_tokens > 0, "training.eval_tokens", "must be positive or null", self.eval_tokens)
         if self.max_time is not None:
             require(self.max_time > 0, "training.max_time", "must be positive or null", self.max_time)
+        if self.budget is not None:
+            parse_budget(self.budget)  # a ConfigError naming training.budget
         lr, momentum, decay, steps = (
             self.muon_learning_rate,
             self.muon_momentum,

@@ -1,0 +1,183 @@
+"""Sweeps of model shape (and learning rate) at fixed compute on several corpora, and the rule's fit.
+
+Each point is a real run (`scripts/train.py` with the default config and overrides, in a fresh
+process) of one shape for the steps a FLOP budget buys it (`flops_per_token` x tokens per step),
+with the sizing rule's own learning rate, warmup and dropout (`minigpt.training.sizing`), so a
+point measures what the plan would have chosen at that shape. Budgets in FLOPs, not seconds: the
+result does not depend on how busy the machine was, and a slower machine reaches the same points.
+Points are appended to a JSON-lines file as they finish; a sweep started again skips those done.
+`fit_rule` fits the sizing rule's A, alpha, B, beta (one floor E per corpus) to them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TRAIN_SCRIPT = REPO_ROOT / "scripts" / "train.py"
+DEFAULT_CONFIG = REPO_ROOT / "configs" / "shakespeare.yaml"
+SWEEP_EVAL_TOKENS = 131_072  # each point's final evaluation: the same seeded sample for every shape
+
+
+@dataclass(frozen=True)
+class SweepCorpus:
+    name: str
+    overrides: tuple[str, ...]  # data.* keys: its files, format, split
+
+
+def corpus_facts(corpus: SweepCorpus, workdir: Path) -> dict[str, int]:
+    """Train (or reuse) the corpus's tokenizer and blocks; its vocabulary and training tokens."""
+    from ..data.corpus import prepare_corpus
+    from ..data.tokenizer import load_or_train_tokenizer
+    from ..training.run_config import load_run_config
+
+    run = load_run_config(DEFAULT_CONFIG, list(common_overrides(corpus, workdir)))
+    tokenizer = load_or_train_tokenizer(run.tokenizer, run.data)
+    prepared = prepare_corpus(run.data, tokenizer)
+    return {"vocab": len(tokenizer), "train_tokens": prepared.train_stats.tokens}
+
+
+def common_overrides(corpus: SweepCorpus, workdir: Path) -> tuple[str, ...]:
+    return (
+        *corpus.overrides,
+        f"tokenizer.path={workdir / corpus.name / 'tokenizer'}",
+        f"data.cache_dir={workdir / 'cache'}",
+        "tokenizer.show_progress=false",
+        "data.show_progress=false",
+    )
+
+
+def point_overrides(layers: int, width: int, steps: int, lr: float, dropout: float, out: Path) -> list[str]:
+    from ..training.sizing import HEAD_SIZE, warmup_steps
+
+    return [
+        f"model.num_hidden_layers={layers}",
+        f"model.hidden_size={width}",
+        f"model.num_attention_heads={width // HEAD_SIZE}",
+        f"model.hidden_dropout={dropout}",
+        f"training.max_steps={steps}",
+        f"training.learning_rate={lr}",
+        f"training.min_learning_rate={lr / 10}",
+        f"training.warmup_steps={warmup_steps(steps)}",
+        f"training.output_dir={out}",
+        f"training.eval_steps={steps}",  # one evaluation, at the end
+        f"training.save_steps={steps}",
+        "training.save_total_limit=1",
+        "training.sample_steps=0",
+        "training.sample_max_new_tokens=8",
+        f"training.logging_steps={max(1, steps // 10)}",
+        f"training.eval_tokens={SWEEP_EVAL_TOKENS}",
+    ]
+
+
+def shape_flops_per_token(layers: int, width: int, vocab: int, block_size: int) -> tuple[int, float]:
+    """(matmul parameters, training FLOPs per token) of the default config's model at this shape,
+    built on the meta device (no memory, no init)."""
+    import torch
+
+    from ..model import MiniGPTConfig, MiniGPTForCausalLM
+    from ..training.callbacks import flops_per_token, matmul_parameter_count
+    from ..training.run_config import load_run_config
+    from ..training.sizing import HEAD_SIZE
+
+    run = load_run_config(
+        DEFAULT_CONFIG,
+        [f"model.num_hidden_layers={layers}", f"model.hidden_size={width}", f"model.num_attention_heads={width // HEAD_SIZE}"],
+    )
+    config = MiniGPTConfig(**run.model.architecture(), vocab_size=vocab)
+    with torch.device("meta"):
+        model = MiniGPTForCausalLM(config)
+    return matmul_parameter_count(model, config), flops_per_token(model, config, block_size)
+
+
+def done_keys(results: Path) -> set[str]:
+    if not results.exists():
+        return set()
+    return {json.loads(line)["key"] for line in results.read_text().splitlines() if line.strip()}
+
+
+def run_point(
+    corpus: SweepCorpus, facts: dict[str, int], layers: int, width: int, flops: float, lr_scale: float,
+    workdir: Path, results: Path, tokens_per_step: int = 1024, block_size: int = 128,
+) -> dict[str, Any] | None:
+    """One shape at one budget: trains it and appends its result; None when done before."""
+    from ..training.sizing import REPEAT_DROPOUT, learning_rate
+
+    key = f"{corpus.name}|{flops:.3g}|{layers}x{width}|{lr_scale:g}"
+    if key in done_keys(results):
+        return None
+    parameters, per_token = shape_flops_per_token(layers, width, facts["vocab"], block_size)
+    steps = int(flops / (per_token * tokens_per_step))
+    if steps < 20:
+        return None
+    lr = learning_rate(width) * lr_scale
+    tokens = steps * tokens_per_step
+    dropout = REPEAT_DROPOUT if tokens > facts["train_tokens"] else 0.0
+    out = workdir / corpus.name / key.replace("|", "_")
+    command = [
+        sys.executable, str(TRAIN_SCRIPT), str(DEFAULT_CONFIG), *common_overrides(corpus, workdir),
+        *point_overrides(layers, width, steps, lr, dropout, out),
+    ]
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT)
+    if done.returncode != 0:
+        raise RuntimeError(f"{key} failed:\n{done.stderr[-3000:]}")
+    summary = json.loads((out / "summary.json").read_text())
+    record = {
+        "key": key, "corpus": corpus.name, "flops": flops, "layers": layers, "width": width,
+        "lr_scale": lr_scale, "learning_rate": lr, "dropout": dropout, "parameters": parameters,
+        "steps": steps, "tokens": tokens, "train_tokens": facts["train_tokens"],
+        "epochs": tokens / facts["train_tokens"], "eval_bpb": summary["eval_bpb"],
+        "wall_s": time.perf_counter() - started,  # informational: the budget is FLOPs
+    }
+    with results.open("a") as handle:
+        handle.write(json.dumps(record) + "\n")
+    shutil_rmtree(out)
+    return record
+
+
+def shutil_rmtree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def fit_rule(points: list[dict[str, Any]], r_star: float = 15.4) -> dict[str, Any]:
+    """Least squares of eval_bpb = E_corpus + A / N^alpha + B / D'^beta over the points."""
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    from ..training.sizing import effective_tokens
+
+    corpora = sorted({p["corpus"] for p in points})
+    n = np.array([p["parameters"] for p in points], float)
+    d = np.array([effective_tokens(p["tokens"], p["train_tokens"], r_star) for p in points], float)
+    y = np.array([p["eval_bpb"] for p in points], float)
+    which = np.array([corpora.index(p["corpus"]) for p in points])
+
+    def residuals(x):
+        log_a, alpha, log_b, beta, *floors = x
+        predicted = np.array(floors)[which] + np.exp(log_a) / n**alpha + np.exp(log_b) / d**beta
+        return predicted - y
+
+    start = [math.log(40.0), 0.3, math.log(100.0), 0.3, *[min(y[which == i]) - 0.3 for i in range(len(corpora))]]
+    bounds = ([-10, 0.02, -10, 0.02, *[0.0] * len(corpora)], [20, 1.5, 20, 1.5, *[10.0] * len(corpora)])
+    fit = least_squares(residuals, start, bounds=bounds)
+    log_a, alpha, log_b, beta, *floors = fit.x
+    error = residuals(fit.x)
+    return {
+        "a": math.exp(log_a), "alpha": alpha, "b": math.exp(log_b), "beta": beta, "r_star": r_star,
+        "floors": dict(zip(corpora, floors, strict=True)),
+        "rms_error": float(np.sqrt(np.mean(error**2))), "max_error": float(np.max(np.abs(error))),
+        "errors": {p["key"]: float(e) for p, e in zip(points, error, strict=True)},
+    }
+
+
+__all__ = ["SweepCorpus", "corpus_facts", "fit_rule", "run_point", "shape_flops_per_token"]

@@ -1,0 +1,390 @@
+"""A run sized for its corpus and budget: the model's shape, steps, learning rate, warmup and dropout.
+
+`training.budget` ("30m", "2h", "900s": wall clock on this machine; "3e13 flops": compute) makes
+the run choose, once the corpus is tokenized:
+  shape     depth x width from `SHAPES` (head size 32, the gated MLP's width from the model table)
+  steps     the budget's FLOPs, or the seconds left after choosing at each shape's measured step
+            time, over the FLOPs of a step (`flops_per_token`, PaLM's 6N + 12LCT)
+  lr        `REFERENCE_LR` scaled by width (Adam's hidden-layer LR ~ 1/width, muP: Yang et al. 2022)
+  warmup    5% of the steps, at most `WARMUP_MAX`
+  dropout   0.1 once the plan repeats the corpus (more than one epoch), else none
+The shape is the one whose predicted bits per byte is lowest under `LossRule`: Chinchilla's form
+(Hoffmann et al. 2022) L = E + A / N^alpha + B / D'^beta over matmul parameters N and tokens D,
+with D' the data-constrained "effective" tokens of Muennighoff et al. 2023 ("Scaling
+Data-Constrained Language Models"): repeated epochs are worth less and less, so a small corpus
+trained for long asks for a smaller model than Chinchilla's 20 tokens per parameter. E only shifts
+every shape alike (it is the corpus's own entropy); A, alpha, B, beta come from the sweeps of
+`scripts/sweep_sizes.py` (docs/research-log.md).
+
+The choice is written into the run's config as plain values (`training.budget` null), so
+resolved_config.yaml repeats the run exactly without choosing again.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigError
+
+HEAD_SIZE = 32
+# Depth x width, smallest first: a ladder of aspect ratios (width / depth 32-64) that small-model
+# sweeps favour; the default run's 4 x 128 is on it.
+SHAPES: tuple[tuple[int, int], ...] = (
+    (2, 64), (3, 96), (4, 128), (4, 160), (5, 192), (6, 224), (6, 256), (8, 320), (8, 384),
+    (10, 448), (12, 512), (12, 640), (16, 768),
+)
+REFERENCE_WIDTH, REFERENCE_LR = 128, 4.0e-3  # the default run's width and its tuned peak LR
+WARMUP_FRACTION, WARMUP_MAX, WARMUP_MIN = 0.05, 100, 5
+REPEAT_DROPOUT = 0.1  # dropout of a plan that repeats its corpus (the default run's, at 9 epochs)
+CHOOSING_SHARE = 0.05  # at most this share of a wall-clock budget goes to measuring step times
+MOST_MEASURED = 5  # shapes measured besides the reference: the likeliest by the FLOP estimate
+OVERHEAD_SHARE = 0.08  # of the rest, kept for evaluations, checkpoints and samples between steps
+BUDGET_PATTERN = re.compile(r"^\s*([0-9.]+(?:e[+-]?[0-9]+)?)\s*(s|m|min|h|flops)?\s*$", re.IGNORECASE)
+UNIT_SECONDS = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What a run may spend: wall-clock seconds on this machine, or FLOPs."""
+
+    seconds: float | None = None
+    flops: float | None = None
+
+    def describe(self) -> str:
+        if self.flops is not None:
+            return f"{self.flops:.3g} FLOPs"
+        return f"{self.seconds:g} s"
+
+
+def parse_budget(text: str | float | int, key: str = "training.budget") -> Budget:
+    """ "30m" / "2h" / "900s" / "900" (seconds) / "3e13 flops" -> Budget; ConfigError naming `key`."""
+    match = BUDGET_PATTERN.match(str(text))
+    if not match:
+        raise ConfigError(f"{key}: {text!r} is not a budget: write seconds, minutes or hours (900s, 30m, 2h) or FLOPs (3e13 flops)")
+    value, unit = float(match.group(1)), (match.group(2) or "s").lower()
+    if value <= 0:
+        raise ConfigError(f"{key}: the budget must be positive, got {text!r}")
+    if unit == "flops":
+        return Budget(flops=value)
+    return Budget(seconds=value * UNIT_SECONDS[unit])
+
+
+def learning_rate(width: int) -> float:
+    """Peak LR of a model `width` wide: the default run's tuned LR at its width, ~ 1/width around it."""
+    return REFERENCE_LR * REFERENCE_WIDTH / width
+
+
+def warmup_steps(steps: int) -> int:
+    return max(WARMUP_MIN, min(WARMUP_MAX, round(WARMUP_FRACTION * steps)))
+
+
+def effective_tokens(tokens: float, unique: float, r_star: float) -> float:
+    """Muennighoff et al. 2023, eq. 5: D' = U + U R* (1 - exp(-R / R*)), R = D / U - 1 repeats.
+    The first pass counts in full; each repeat counts less, and all of them at most R* passes."""
+    if unique <= 0 or tokens <= unique:
+        return tokens
+    repeats = tokens / unique - 1.0
+    return unique + unique * r_star * (1.0 - math.exp(-repeats / r_star))
+
+
+@dataclass(frozen=True)
+class LossRule:
+    """Predicted bits per byte, less the corpus's own floor: A / N^alpha + B / D'^beta.
+
+    Fitted by scripts/sweep_sizes.py (docs/research-log.md, 2026-12-04); N is matmul parameters,
+    D' effective training tokens; r_star is Muennighoff et al.'s fitted R*_D, not refitted here.
+    """
+
+    a: float
+    alpha: float
+    b: float
+    beta: float
+    r_star: float = 15.4
+
+    def predict(self, parameters: float, tokens: float, unique_tokens: float) -> float:
+        d = effective_tokens(tokens, unique_tokens, self.r_star)
+        return self.a / parameters**self.alpha + self.b / max(d, 1.0) ** self.beta
+
+
+# The fit of the 2026-12-04 sweeps (scripts/sweep_sizes.py; research log): refitted when they are.
+FITTED_RULE = LossRule(a=40.0, alpha=0.28, b=120.0, beta=0.3)
+
+
+@dataclass
+class Candidate:
+    layers: int
+    width: int
+    parameters: int  # matmul parameters (N of the rule)
+    flops_per_token: float
+    step_seconds: float | None = None  # measured on this machine (wall-clock budgets)
+    steps: int = 0
+    predicted: float = math.inf
+
+    @property
+    def name(self) -> str:
+        return f"{self.layers} x {self.width}"
+
+
+@dataclass
+class Plan:
+    """The sized run: what it sets and why."""
+
+    budget: str
+    chosen: Candidate
+    tokens_per_step: int
+    corpus_tokens: int
+    learning_rate: float
+    warmup_steps: int
+    hidden_dropout: float
+    considered: list[Candidate]
+    choosing_seconds: float = 0.0
+
+    @property
+    def tokens(self) -> int:
+        return self.chosen.steps * self.tokens_per_step
+
+    @property
+    def epochs(self) -> float:
+        return self.tokens / max(self.corpus_tokens, 1)
+
+    def overrides(self) -> dict[str, dict[str, Any]]:
+        """The plain values the plan sets, by section."""
+        c = self.chosen
+        return {
+            "model": {
+                "num_hidden_layers": c.layers,
+                "hidden_size": c.width,
+                "num_attention_heads": c.width // HEAD_SIZE,
+                "hidden_dropout": self.hidden_dropout,
+            },
+            "training": {
+                "max_steps": c.steps,
+                "learning_rate": self.learning_rate,
+                "min_learning_rate": self.learning_rate / 10,
+                "warmup_steps": self.warmup_steps,
+                "budget": None,
+            },
+        }
+
+    def lines(self) -> list[str]:
+        c = self.chosen
+        runner_up = sorted(self.considered, key=lambda x: x.predicted)[1:2]
+        why = (
+            f"lowest predicted bits/byte of {len(self.considered)} shapes"
+            + (f" (next: {runner_up[0].name}, {runner_up[0].predicted - c.predicted:+.3f})" if runner_up else "")
+        )
+        return [
+            f"plan for {self.budget}: {c.name} model ({c.width // HEAD_SIZE} heads), {c.parameters / 1e6:.2f}M "
+            f"matmul parameters, {c.steps:,} steps of {self.tokens_per_step:,} tokens",
+            f"plan: {self.tokens / 1e6:.2f}M tokens = {self.epochs:.1f} epochs of {self.corpus_tokens / 1e6:.2f}M, "
+            f"{self.tokens / c.parameters:.1f} tokens per parameter; lr {self.learning_rate:.2e}, warmup "
+            f"{self.warmup_steps}, dropout {self.hidden_dropout:g}",
+            f"plan: {why}; choosing took {self.choosing_seconds:.1f} s",
+        ]
+
+    def record(self) -> dict[str, Any]:
+        c = self.chosen
+        return {
+            "budget": self.budget,
+            "shape": c.name,
+            "layers": c.layers,
+            "hidden_size": c.width,
+            "heads": c.width // HEAD_SIZE,
+            "parameters": c.parameters,
+            "steps": c.steps,
+            "tokens": self.tokens,
+            "epochs": self.epochs,
+            "tokens_per_parameter": self.tokens / c.parameters,
+            "learning_rate": self.learning_rate,
+            "warmup_steps": self.warmup_steps,
+            "hidden_dropout": self.hidden_dropout,
+            "predicted_excess_bpb": c.predicted,
+            "choosing_seconds": self.choosing_seconds,
+            "considered": [
+                {"shape": x.name, "parameters": x.parameters, "steps": x.steps, "step_seconds": x.step_seconds,
+                 "predicted_excess_bpb": x.predicted}
+                for x in self.considered
+            ],
+        }
+
+
+def plan_run(
+    budget: Budget,
+    candidates: list[Candidate],
+    tokens_per_step: int,
+    corpus_tokens: int,
+    rule: LossRule = FITTED_RULE,
+    seconds_left: float | None = None,
+) -> Plan:
+    """The candidate with the lowest predicted bits/byte at `budget`, and its settings.
+
+    A FLOP budget gives each candidate budget / (FLOPs per token x tokens per step) steps; a
+    wall-clock one `seconds_left` (the budget less what choosing took) over its measured step
+    time. Candidates without a measured step time are left out of a wall-clock plan.
+    """
+    considered = []
+    for c in candidates:
+        if budget.flops is not None:
+            c.steps = int(budget.flops / (c.flops_per_token * tokens_per_step))
+        elif c.step_seconds:
+            c.steps = int((seconds_left if seconds_left is not None else budget.seconds) / c.step_seconds)
+        else:
+            continue
+        if c.steps < 2 * WARMUP_MIN:  # too few steps to warm up and decay: not a plan
+            continue
+        c.predicted = rule.predict(c.parameters, c.steps * tokens_per_step, corpus_tokens)
+        considered.append(c)
+    if not considered:
+        raise ConfigError(
+            f"training.budget={budget.describe()} is too small to train even the smallest model for "
+            f"{2 * WARMUP_MIN} steps: give it more"
+        )
+    best = min(considered, key=lambda c: c.predicted)
+    tokens = best.steps * tokens_per_step
+    return Plan(
+        budget=budget.describe(),
+        chosen=best,
+        tokens_per_step=tokens_per_step,
+        corpus_tokens=corpus_tokens,
+        learning_rate=learning_rate(best.width),
+        warmup_steps=warmup_steps(best.steps),
+        hidden_dropout=REPEAT_DROPOUT if tokens > corpus_tokens else 0.0,
+        considered=considered,
+    )
+
+
+PLAN_KEYS = {
+    "model": ("num_hidden_layers", "hidden_size", "num_attention_heads", "hidden_dropout"),
+    "training": ("max_steps", "learning_rate", "min_learning_rate", "warmup_steps", "budget"),
+}
+
+
+def apply_settings(run, values: dict[str, dict[str, Any]]) -> None:
+    """Set the plan's keys (`Plan.overrides()`, or a checkpoint's resolved values) on `run`, in place."""
+    for section, keys in PLAN_KEYS.items():
+        for key in keys:
+            if key in values.get(section, {}):
+                setattr(getattr(run, section), key, values[section][key])
+
+
+def size_run(
+    run,
+    config_for: Callable[[int, int], Any],
+    corpus_tokens: int,
+    tokens_per_step: int,
+    accumulation: int,
+    dtype,
+    rule: LossRule = FITTED_RULE,
+) -> Plan:
+    """Choose the plan for `run.training.budget` (see the module's docstring).
+
+    `config_for(layers, width)` is the model config of the run at that shape. A wall-clock budget
+    measures step times on this machine, most promising shapes first (by a FLOP estimate from the
+    first measurement), until `CHOOSING_SHARE` of the budget is spent; a FLOP budget measures nothing.
+    """
+    import torch
+
+    from ..model import MiniGPTForCausalLM
+    from .callbacks import flops_per_token, matmul_parameter_count
+
+    started = time.perf_counter()
+    budget = parse_budget(run.training.budget)
+    block_size = run.data.block_size
+    candidates = []
+    for layers, width in SHAPES:
+        config = config_for(layers, width)
+        with torch.device("meta"):  # counts only: no memory, no init
+            model = MiniGPTForCausalLM(config)
+        candidates.append(
+            Candidate(layers, width, matmul_parameter_count(model, config), flops_per_token(model, config, block_size))
+        )
+    seconds_left = None
+    if budget.seconds is not None:
+        allowed = CHOOSING_SHARE * budget.seconds
+        batch = tokens_per_step // (block_size * accumulation)  # per process and micro-step
+        reference = next(c for c in candidates if c.width == REFERENCE_WIDTH)
+        order = [reference]
+        while order:
+            c = order.pop(0)
+            model = MiniGPTForCausalLM(config_for(c.layers, c.width))
+            c.step_seconds = accumulation * measure_step_seconds(model, batch, block_size, dtype)
+            del model
+            if c is reference:  # its FLOP/s estimate every other shape's step, to order them
+                rate = c.flops_per_token * tokens_per_step / c.step_seconds
+                for other in candidates:
+                    other.steps = int(budget.seconds / (other.flops_per_token * tokens_per_step / rate))
+                    other.predicted = rule.predict(other.parameters, other.steps * tokens_per_step, corpus_tokens)
+                order = sorted((o for o in candidates if o is not reference), key=lambda o: o.predicted)
+            measured = sum(o.step_seconds is not None for o in candidates)
+            if measured > MOST_MEASURED:
+                break
+            spent = time.perf_counter() - started
+            # the next one's measurement costs about as much as its estimated step x 5
+            if order and spent + 5 * order[0].flops_per_token * tokens_per_step / rate > allowed:
+                break
+        for c in candidates:
+            c.steps, c.predicted = 0, math.inf  # estimates only ordered them: plan on measured ones
+        # evaluations, checkpoints and samples take their share of a wall-clock budget too
+        seconds_left = (budget.seconds - (time.perf_counter() - started)) * (1 - OVERHEAD_SHARE)
+    plan = plan_run(budget, candidates, tokens_per_step, corpus_tokens, rule, seconds_left)
+    plan.choosing_seconds = time.perf_counter() - started
+    return plan
+
+
+def measure_step_seconds(
+    model, batch_size: int, block_size: int, dtype, warmup_s: float = 0.3, timed_s: float = 0.6
+) -> float:
+    """Median seconds of a training step (forward, backward, AdamW) of `model` on random blocks.
+
+    Warm-up steps (at least 2, for `warmup_s`) first: a small model's first steps are several times
+    slower (allocations, kernel choices). Then steps for `timed_s` (at least 3). The Trainer's step
+    is this plus about 1% (docs/benchmarks.md: the training path against a plain loop); the plan
+    only compares shapes and divides a budget by it.
+    """
+    import torch
+
+    ids = torch.randint(0, model.config.vocab_size, (batch_size, block_size))  # (B, T)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    model.train()
+
+    def step() -> float:
+        started = time.perf_counter()
+        with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return time.perf_counter() - started
+
+    spent, count = 0.0, 0
+    while count < 2 or spent < warmup_s:
+        spent, count = spent + step(), count + 1
+    times: list[float] = []
+    while len(times) < 3 or sum(times) < timed_s:
+        times.append(step())
+    return sorted(times)[len(times) // 2]
+
+
+__all__ = [
+    "FITTED_RULE",
+    "PLAN_KEYS",
+    "apply_settings",
+    "size_run",
+    "SHAPES",
+    "Budget",
+    "Candidate",
+    "LossRule",
+    "Plan",
+    "effective_tokens",
+    "learning_rate",
+    "measure_step_seconds",
+    "parse_budget",
+    "plan_run",
+    "warmup_steps",
+]

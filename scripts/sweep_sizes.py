@@ -1,0 +1,101 @@
+"""Shape x learning-rate sweeps at fixed compute on three corpora, then the sizing rule's fit.
+
+    python scripts/sweep_sizes.py --workdir /tmp/sweep --results docs/sweeps/2026-12-04-sizes.jsonl
+    python scripts/sweep_sizes.py --results docs/sweeps/2026-12-04-sizes.jsonl --fit-only
+
+Corpora, built in --workdir from what is on this machine (nothing downloaded):
+  shakespeare  data/tinyshakespeare.txt (1.1 MB of verse and prose, one text file)
+  prose        every Markdown, reST and text file of 500 bytes or more under site-packages, as JSON
+               lines (package documentation and licences; about 10 MB)
+  code         site-packages' Python sources cut to --code-mb (a folder, one document a file)
+Each point trains the default config's model at one shape for the steps a FLOP budget buys
+(minigpt/benchmarks/size_sweep.py), appends its validation bits/byte to --results, and is skipped
+when the file has it already; then the rule of minigpt/training/sizing.py is fitted to all points.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from minigpt.errors import run_cli
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SHAPES = ["2x64", "3x96", "4x128", "4x192", "6x256", "8x384"]
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/minigpt-sweep"))
+    parser.add_argument("--results", type=Path, required=True, help="JSON lines of the points (appended)")
+    parser.add_argument("--corpora", nargs="+", default=["shakespeare", "prose", "code"])
+    parser.add_argument("--flops", type=float, nargs="+", default=[3e12, 1.2e13], help="compute budgets")
+    parser.add_argument("--shapes", nargs="+", default=SHAPES, help="LAYERSxWIDTH")
+    parser.add_argument("--lr-scales", type=float, nargs="+", default=[1.0], help="x the rule's learning rate")
+    parser.add_argument("--code-mb", type=float, default=200.0)
+    parser.add_argument("--fit-only", action="store_true", help="only fit the rule to --results")
+    return parser.parse_args()
+
+
+def prose_corpus(path: Path) -> Path:
+    from minigpt.benchmarks.python_corpus import site_packages
+
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        files = sorted(p for suffix in ("*.md", "*.rst", "*.txt") for p in site_packages().rglob(suffix))
+        with path.open("w", encoding="utf-8") as out:
+            for file in files:
+                if file.is_file() and 500 <= file.stat().st_size <= 500_000:
+                    out.write(json.dumps({"text": file.read_text(encoding="utf-8", errors="replace")}) + "\n")
+    return path
+
+
+def corpora(args: argparse.Namespace):
+    from minigpt.benchmarks.python_corpus import build_python_corpus
+    from minigpt.benchmarks.size_sweep import SweepCorpus
+
+    made = {}
+    for name in args.corpora:
+        if name == "shakespeare":
+            made[name] = SweepCorpus(name, (f"data.train_files={REPO_ROOT / 'data' / 'tinyshakespeare.txt'}",))
+        elif name == "prose":
+            path = prose_corpus(args.workdir / "prose.jsonl")
+            made[name] = SweepCorpus(name, (f"data.train_files={path}", "data.validation_split=random"))
+        elif name == "code":
+            folder = args.workdir / "code"
+            if not folder.exists():
+                build_python_corpus(folder, max_bytes=int(args.code_mb * 1e6))
+            made[name] = SweepCorpus(name, (f"data.train_files={folder}", "data.validation_split=random"))
+        else:
+            raise SystemExit(f"unknown corpus {name!r}")
+    return made
+
+
+def main() -> None:
+    args = parse_args()
+    from minigpt.benchmarks.size_sweep import corpus_facts, fit_rule, run_point
+
+    if not args.fit_only:
+        args.results.parent.mkdir(parents=True, exist_ok=True)
+        for corpus in corpora(args).values():
+            facts = corpus_facts(corpus, args.workdir)
+            print(f"{corpus.name}: {facts['train_tokens']:,} training tokens, vocabulary {facts['vocab']}", flush=True)
+            for flops in args.flops:
+                for shape in args.shapes:
+                    layers, width = map(int, shape.split("x"))
+                    for scale in args.lr_scales:
+                        point = run_point(corpus, facts, layers, width, flops, scale, args.workdir, args.results)
+                        if point:
+                            print(
+                                f"  {point['key']}: {point['steps']} steps, {point['epochs']:.2f} epochs, "
+                                f"bits/byte {point['eval_bpb']:.4f} ({point['wall_s']:.0f} s)",
+                                flush=True,
+                            )
+    points = [json.loads(line) for line in args.results.read_text().splitlines() if line.strip()]
+    fit = fit_rule([p for p in points if p["lr_scale"] == 1.0])
+    print(json.dumps({k: v for k, v in fit.items() if k != "errors"}, indent=2))
+
+
+if __name__ == "__main__":
+    run_cli(main)

@@ -1,0 +1,125 @@
+"""training.budget: a run sized for its corpus and budget, written down as plain values."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import yaml
+from conftest import small_run_overrides, write_small_corpus
+
+from minigpt.errors import ConfigError
+from minigpt.training.sizing import (
+    Budget,
+    Candidate,
+    LossRule,
+    effective_tokens,
+    learning_rate,
+    parse_budget,
+    plan_run,
+    warmup_steps,
+)
+
+
+def test_budgets_are_read_in_seconds_or_flops_and_bad_ones_name_the_key():
+    assert parse_budget("30m") == Budget(seconds=1800.0)
+    assert parse_budget("2h") == Budget(seconds=7200.0)
+    assert parse_budget("900") == parse_budget("900s") == Budget(seconds=900.0)
+    assert parse_budget("3e13 flops") == Budget(flops=3e13)
+    for bad in ("fast", "-5m", "0s", "3 days"):
+        with pytest.raises(ConfigError, match="^training.budget: "):
+            parse_budget(bad)
+
+
+def test_repeated_epochs_count_less_and_less():
+    unique = 1e6
+    assert effective_tokens(5e5, unique, 15.4) == 5e5  # less than one pass: every token new
+    assert effective_tokens(unique, unique, 15.4) == unique
+    four = effective_tokens(4 * unique, unique, 15.4)
+    assert 3.5 * unique < four < 4 * unique  # a few epochs: almost as good as new data
+    assert effective_tokens(1000 * unique, unique, 15.4) == pytest.approx(16.4 * unique)  # at most 1 + R* passes
+
+
+def test_the_plan_takes_the_lowest_prediction_and_its_settings():
+    rule = LossRule(a=10.0, alpha=0.3, b=100.0, beta=0.3)
+    small = Candidate(2, 64, parameters=200_000, flops_per_token=1.6e6)
+    large = Candidate(8, 384, parameters=15_000_000, flops_per_token=9.4e7)
+    # Little compute: the small model's many steps beat the large one's few
+    plan = plan_run(Budget(flops=3e12), [small, large], tokens_per_step=1024, corpus_tokens=10**9, rule=rule)
+    assert plan.chosen is small and small.steps == int(3e12 / (1.6e6 * 1024))
+    expected = {c.name: rule.predict(c.parameters, c.steps * 1024, 10**9) for c in (small, large)}
+    assert {c.name: c.predicted for c in plan.considered} == pytest.approx(expected)
+    overrides = plan.overrides()
+    assert overrides["model"] == {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "hidden_dropout": 0.0}
+    assert overrides["training"]["max_steps"] == small.steps and overrides["training"]["budget"] is None
+    assert overrides["training"]["learning_rate"] == learning_rate(64) == 2 * learning_rate(128)
+    assert overrides["training"]["warmup_steps"] == warmup_steps(small.steps) == round(0.05 * small.steps)
+    # Much more compute: the large model wins, and a small corpus repeated brings dropout
+    plan = plan_run(Budget(flops=3e16), [small, large], tokens_per_step=1024, corpus_tokens=10**6, rule=rule)
+    assert plan.chosen is large and plan.hidden_dropout == 0.1 and plan.epochs > 1
+    assert math.isclose(plan.record()["tokens_per_parameter"], large.steps * 1024 / large.parameters)
+
+
+def test_a_wall_clock_plan_divides_the_seconds_left_by_measured_steps():
+    rule = LossRule(a=10.0, alpha=0.3, b=100.0, beta=0.3)
+    measured = Candidate(4, 128, parameters=1_000_000, flops_per_token=7e6, step_seconds=0.05)
+    unmeasured = Candidate(6, 256, parameters=5_000_000, flops_per_token=3.4e7)
+    plan = plan_run(Budget(seconds=60), [measured, unmeasured], 1024, 10**6, rule, seconds_left=50.0)
+    assert plan.considered == [measured] and measured.steps == 1000
+
+
+def test_a_budget_too_small_for_any_model_is_one_line():
+    tiny = Candidate(2, 64, parameters=200_000, flops_per_token=1.6e6)
+    with pytest.raises(ConfigError, match="too small to train even the smallest model"):
+        plan_run(Budget(flops=1e9), [tiny], 1024, 10**6)
+
+
+def test_a_budget_with_a_base_model_is_refused():
+    from minigpt.training.run_config import load_run_config
+
+    with pytest.raises(ConfigError, match="training.budget sizes a new model"):
+        load_run_config("configs/continue.yaml", ["training.budget=30m"])
+
+
+def test_a_budgeted_run_writes_its_choice_as_plain_values_and_resumes_with_it(tmp_path, capsys):
+    """A FLOP budget (no timing: the same plan on any machine) on a small corpus: the plan's lines,
+    plan.json, resolved_config.yaml with the chosen values and budget null; the resolved config
+    run again trains the same model without choosing; --resume keeps the plan."""
+    from safetensors.torch import load_file
+
+    from minigpt.training.run import run_training
+    from minigpt.training.run_config import load_run_config
+
+    corpus = write_small_corpus(tmp_path)
+    folder = tmp_path / "run"
+    overrides = small_run_overrides(folder, corpus, "training.budget=2e10 flops", "training.save_steps=10", "training.save_total_limit=null")
+    result = run_training(load_run_config("configs/smoke.yaml", overrides))
+    out = capsys.readouterr().out
+    assert "plan for 2e+10 FLOPs: " in out and " tokens per parameter; lr " in out
+    plan = json.loads((folder / "plan.json").read_text())
+    resolved = yaml.safe_load((folder / "resolved_config.yaml").read_text())
+    assert resolved["training"]["budget"] is None
+    assert resolved["training"]["max_steps"] == plan["steps"] == result.global_step
+    assert (resolved["model"]["num_hidden_layers"], resolved["model"]["hidden_size"]) == (plan["layers"], plan["hidden_size"])
+    assert resolved["training"]["learning_rate"] == plan["learning_rate"]
+    assert plan["steps"] > 10 and len(plan["considered"]) >= 2  # (10: the checkpoint resumed below)
+
+    again = tmp_path / "again"
+    repeat = {**resolved, "training": {**resolved["training"], "output_dir": str(again)}}
+    (tmp_path / "repeat.yaml").write_text(yaml.safe_dump(repeat))
+    run_training(load_run_config(tmp_path / "repeat.yaml", []))
+    assert not (again / "plan.json").exists()  # nothing chosen: the values were given
+    first, second = load_file(folder / "final" / "model.safetensors"), load_file(again / "final" / "model.safetensors")
+    assert all((first[k] == second[k]).all() for k in first)
+
+    # Resumed from its first checkpoint with the budget still in the config: the plan it chose then
+    import shutil
+
+    resumed_dir = tmp_path / "resumed"
+    shutil.copytree(folder / "checkpoint-10", resumed_dir / "checkpoint-10")
+    capsys.readouterr()
+    resumed = run_training(load_run_config("configs/smoke.yaml", [*overrides, f"training.output_dir={resumed_dir}"]), resume=True)
+    assert "plan for" not in capsys.readouterr().out and resumed.global_step == plan["steps"]
+    third = load_file(resumed_dir / "final" / "model.safetensors")
+    assert all((first[k] == third[k]).all() for k in first)
