@@ -188,6 +188,7 @@ def test_one_value_where_a_list_is_expected_is_a_list_of_one(tmp_path):
     assert run.training.sample_prompts == ["def"]
     run = load_run_config(SMOKE, ["training.sample_prompts=007"])  # taken literally, not the number 7
     assert run.training.sample_prompts == ["007"]
+    assert load_run_config(SMOKE, ["training.sample_prompts=null"]).training.sample_prompts is None  # from the corpus
     config = tmp_path / "one.yaml"
     config.write_text("data:\n  train_files: corpus.txt\ntraining:\n  output_dir: runs/one\n")
     assert load_run_config(config).data.train_files == ["corpus.txt"]

@@ -47,7 +47,7 @@ def corpus_facts(corpus: SweepCorpus, workdir: Path) -> dict[str, int]:
 def common_overrides(corpus: SweepCorpus, workdir: Path) -> tuple[str, ...]:
     return (
         *corpus.overrides,
-        f"tokenizer.path={workdir / corpus.name / 'tokenizer'}",
+        f"tokenizer.path={workdir / 'tokenizers' / corpus.name}",  # outside the corpus: a folder is read whole
         f"data.cache_dir={workdir / 'cache'}",
         "tokenizer.show_progress=false",
         "data.show_progress=false",
@@ -120,7 +120,7 @@ def run_point(
     lr = learning_rate(width) * lr_scale
     tokens = steps * tokens_per_step
     dropout = REPEAT_DROPOUT if tokens > facts["train_tokens"] else 0.0
-    out = workdir / corpus.name / key.replace("|", "_")
+    out = workdir / "runs" / corpus.name / key.replace("|", "_")
     command = [
         sys.executable, str(TRAIN_SCRIPT), str(DEFAULT_CONFIG), *common_overrides(corpus, workdir),
         *point_overrides(layers, width, steps, lr, dropout, out),
@@ -180,4 +180,38 @@ def fit_rule(points: list[dict[str, Any]], r_star: float = 15.4) -> dict[str, An
     }
 
 
-__all__ = ["SweepCorpus", "corpus_facts", "fit_rule", "run_point", "shape_flops_per_token"]
+def choose_from_points(fit: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The point the fitted rule would choose among `rows` (one corpus, one budget, each a shape):
+    the lowest A / N^alpha + B / D'^beta, as `minigpt.training.sizing.plan_run` ranks shapes."""
+    from ..training.sizing import LossRule
+
+    rule = LossRule(fit["a"], fit["alpha"], fit["b"], fit["beta"], fit["r_star"])
+    return min(rows, key=lambda p: rule.predict(p["parameters"], p["tokens"], p["train_tokens"]))
+
+
+def choice_table(points: list[dict[str, Any]], reference: str = "4x128") -> list[dict[str, Any]]:
+    """For each corpus and budget: the rule's choice when fitted WITHOUT that corpus (held out),
+    the grid's best, and the reference shape's (the default run's model) result at that budget."""
+    points = [p for p in points if p["lr_scale"] == 1.0]
+    table = []
+    for corpus in sorted({p["corpus"] for p in points}):
+        others = [p for p in points if p["corpus"] != corpus]
+        if len({p["corpus"] for p in others}) < 1:
+            continue
+        fit = fit_rule(others)
+        for flops in sorted({p["flops"] for p in points if p["corpus"] == corpus}):
+            rows = [p for p in points if p["corpus"] == corpus and p["flops"] == flops]
+            chosen, best = choose_from_points(fit, rows), min(rows, key=lambda p: p["eval_bpb"])
+            default = next((p for p in rows if f"{p['layers']}x{p['width']}" == reference), None)
+            table.append(
+                {
+                    "corpus": corpus, "flops": flops, "shapes": len(rows),
+                    "chosen": f"{chosen['layers']}x{chosen['width']}", "chosen_bpb": chosen["eval_bpb"],
+                    "best": f"{best['layers']}x{best['width']}", "best_bpb": best["eval_bpb"],
+                    "default_bpb": default["eval_bpb"] if default else None,
+                }
+            )
+    return table
+
+
+__all__ = ["SweepCorpus", "choice_table", "choose_from_points", "corpus_facts", "fit_rule", "run_point", "shape_flops_per_token"]

@@ -169,7 +169,7 @@ def apply_override(raw: dict[str, Any], override: str) -> None:
         value = text
     if value is not None and not isinstance(value, str) and _accepts_str(annotation):
         value = text
-    elif not isinstance(value, list) and _list_of_str(annotation):
+    elif value is not None and not isinstance(value, list) and _list_of_str(annotation):
         value = [text]  # one value where a list is expected is a list of one, taken literally
     target = raw.setdefault(section, {})
     if target is None:
@@ -391,6 +391,10 @@ def _accepts_str(annotation: Any) -> bool:
 
 
 def _list_of_str(annotation: Any) -> bool:
+    """list[str], or list[str] | None (null stays null)."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(annotation) if a is not type(None)]
+        annotation = options[0] if len(options) == 1 else annotation
     return typing.get_origin(annotation) is list and typing.get_args(annotation) == (str,)
 
 

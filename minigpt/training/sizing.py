@@ -306,13 +306,15 @@ def size_run(
     seconds_left = None
     if budget.seconds is not None:
         allowed = CHOOSING_SHARE * budget.seconds
+        # a measurement's warm-up and timed seconds: at most a fifth and two fifths of the allowance
+        warmup_s, timed_s = min(0.3, allowed / 5), min(0.6, 2 * allowed / 5)
         batch = tokens_per_step // (block_size * accumulation)  # per process and micro-step
         reference = next(c for c in candidates if c.width == REFERENCE_WIDTH)
         order = [reference]
         while order:
             c = order.pop(0)
             model = MiniGPTForCausalLM(config_for(c.layers, c.width))
-            c.step_seconds = accumulation * measure_step_seconds(model, batch, block_size, dtype)
+            c.step_seconds = accumulation * measure_step_seconds(model, batch, block_size, dtype, warmup_s, timed_s)
             del model
             if c is reference:  # its FLOP/s estimate every other shape's step, to order them
                 rate = c.flops_per_token * tokens_per_step / c.step_seconds
@@ -324,8 +326,8 @@ def size_run(
             if measured > MOST_MEASURED:
                 break
             spent = time.perf_counter() - started
-            # the next one's measurement costs about as much as its estimated step x 5
-            if order and spent + 5 * order[0].flops_per_token * tokens_per_step / rate > allowed:
+            # the next one's measurement: its warm-up and timed seconds, or 5 of its estimated steps
+            if order and spent + max(warmup_s + timed_s, 5 * order[0].flops_per_token * tokens_per_step / rate) > allowed:
                 break
         for c in candidates:
             c.steps, c.predicted = 0, math.inf  # estimates only ordered them: plan on measured ones
