@@ -55,7 +55,7 @@ def read_jsonl(path: Path) -> list[dict]:
 
 def assert_complete_run(output_dir: Path, max_steps: int) -> list[dict]:
     """Every output of a finished run exists and says what it should; returns metrics.jsonl records."""
-    for name in ("metrics.jsonl", "samples.txt", "loss.png", "resolved_config.yaml", "summary.json"):
+    for name in ("metrics.jsonl", "samples.txt", "loss.png", "resolved_config.yaml", "summary.json", "run.html"):
         assert (output_dir / name).is_file(), name
     assert (output_dir / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     resolved = yaml.safe_load((output_dir / "resolved_config.yaml").read_text())

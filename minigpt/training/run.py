@@ -150,8 +150,8 @@ def run_training(
             result = _finish(trainer, tokenizer, run, start, stop_controller.stop_requested, started)
     if args.should_save and stop_controller.signum is None:  # a signal's one line has said what happened
         print(describe_result(result), flush=True)
-    if args.should_save and result.page is not None:  # the one file to open, after a signal's stop too
-        print(f"run page: {result.page}", flush=True)
+        if result.page is not None:  # last: the one file to open
+            print(f"run page: {result.page}", flush=True)
     return result
 
 

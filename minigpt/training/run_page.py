@@ -360,7 +360,8 @@ def _rows_table(rows: list[tuple[str, dict[str, Any]]], total: int | None = None
         for name, row in rows
     )
     more = f'<p class="note">{len(rows):,} of {total:,} shown</p>' if total and total > len(rows) else ""
-    return f'<table class="grid"><thead><tr><th></th>{head}</tr></thead><tbody>{body}</tbody></table>{more}'
+    table = f'<table class="grid"><thead><tr><th></th>{head}</tr></thead><tbody>{body}</tbody></table>'
+    return f'<div class="scroll">{table}</div>{more}'
 
 
 def _facts(pairs: Iterable[tuple[str, str | None]]) -> str:
@@ -448,15 +449,16 @@ def overview_section(run: RunFolder) -> str:
     final = summary.get("eval_bpb")
     rows = evaluations(run.records)
     scored = [e for e in rows if e.bpb is not None]
-    if final is not None:
-        quality = f"<strong>{number(final)}</strong> bits/byte"
-        if summary.get("eval_loss") is not None:
-            quality += f" (validation loss {number(summary['eval_loss'])})"
+    if is_number(final):  # as the run's last line prints them
+        quality = f"<strong>{final:.4f}</strong> bits/byte"
+        if is_number(summary.get("eval_loss")):
+            quality += f" (validation loss {summary['eval_loss']:.4f})"
     elif scored:
-        quality = f"{number(scored[-1].bpb)} bits/byte at step {number(scored[-1].step)}, the last evaluation"
+        quality = f"{scored[-1].bpb:.4f} bits/byte at step {number(scored[-1].step)}, the last evaluation"
     else:
         quality = None
-    best = summary.get("best_eval_bpb") or (min(e.bpb for e in scored) if scored else None)
+    best = min(e.bpb for e in scored) if scored else None
+    latest = final if is_number(final) else (scored[-1].bpb if scored else None)
     speed = [r["tokens_per_second"] for r in train_records if is_number(r.get("tokens_per_second"))]
     mfu = [r["mfu"] for r in train_records if is_number(r.get("mfu"))]
     throughput = None
@@ -481,7 +483,7 @@ def overview_section(run: RunFolder) -> str:
             ("tokens", number(tokens) if tokens is not None else None),
             ("wall time", duration(runtime) if is_number(runtime) else None),
             ("final", quality),
-            ("best", f"{number(best)} bits/byte" if best is not None and len(scored) > 1 else None),
+            ("best", f"{best:.4f} bits/byte" if best is not None and best < latest else None),
             ("throughput", throughput),
             (
                 "corpus warnings",
@@ -616,12 +618,12 @@ def evaluations_section(run: RunFolder) -> str:
     best = min(scored) if scored else None
     shown = _pick_rows(rows)
 
-    def cell(value: float | None, digits: int = 4) -> str:
-        return f'<td class="num">{number(value, digits) if value is not None else "–"}</td>'
+    def cell(value: float | None, decimals: int = 4) -> str:  # as the run's eval lines print them
+        return f'<td class="num">{f"{value:,.{decimals}f}" if value is not None else "–"}</td>'
 
     body = "".join(
         f'<tr{" class=best" if e.bpb is not None and e.bpb == best else ""}><td class="num">{number(e.step)}</td>'
-        f"{cell(e.loss)}{cell(e.perplexity, 5)}{cell(e.bpb)}</tr>"
+        f"{cell(e.loss)}{cell(e.perplexity, 2)}{cell(e.bpb)}</tr>"
         for e in shown
     )
     note = (
@@ -630,9 +632,9 @@ def evaluations_section(run: RunFolder) -> str:
         if len(shown) < len(rows)
         else ""
     )
-    table = (
-        '<table class="grid evaluations"><thead><tr><th>step</th><th>validation loss</th><th>perplexity</th>'
-        f"<th>bits/byte</th></tr></thead><tbody>{body}</tbody></table>"
+    table = (  # in a box of its own that scrolls sideways on a narrow screen
+        '<div class="scroll"><table class="grid evaluations"><thead><tr><th>step</th><th>validation loss</th>'
+        f"<th>perplexity</th><th>bits/byte</th></tr></thead><tbody>{body}</tbody></table></div>"
     )
     return _section("evaluations", table + note + '<p class="note">bold: the best bits/byte</p>')
 
@@ -717,6 +719,7 @@ table.grid th, table.grid td { border-bottom: 1px solid var(--line); padding: 4p
 table.grid thead th { background: var(--soft); font-weight: 600; }
 table.grid tbody th { text-align: left; font-weight: normal; color: var(--muted); }
 table.evaluations { min-width: 60%; }
+.scroll { overflow-x: auto; }
 tr.best td { font-weight: 700; }
 .num { font-variant-numeric: tabular-nums; }
 .none { color: var(--muted); }
@@ -724,8 +727,9 @@ figure { margin: 0 0 12px; min-width: 0; }
 figure svg { display: block; width: 100%; height: auto; }
 figcaption { font-size: 13px; color: var(--muted); }
 .pair { display: grid; grid-template-columns: repeat(auto-fit, minmax(320px, 1fr)); gap: 16px; }
-article { border-top: 1px solid var(--line); padding-top: 4px; }
-.sample { min-width: 0; }
+article { border-top: 1px solid var(--line); margin-top: 12px; padding: 4px 0 4px; }
+.sample { min-width: 0; display: flex; flex-direction: column; }
+.sample pre { flex: 1; }
 pre { margin: 0; background: var(--soft); border: 1px solid var(--line); border-radius: 6px; padding: 10px 12px;
   white-space: pre-wrap; overflow-wrap: anywhere; max-height: 28em; overflow: auto;
   font: 13px/1.45 ui-monospace, "DejaVu Sans Mono", monospace; }
