@@ -96,7 +96,7 @@ def read_run_folder(output_dir: str | os.PathLike) -> RunFolder:
     found = RunFolder(path)
     config_path = path / RESOLVED_CONFIG_NAME
     if config_path.is_file():
-        found.config_text = config_path.read_text(encoding="utf-8")
+        found.config_text = config_path.read_text(encoding="utf-8", errors="replace")
         try:
             loaded = yaml.safe_load(found.config_text)
             found.config = loaded if isinstance(loaded, dict) else {}
@@ -423,8 +423,8 @@ def _status(run: RunFolder) -> tuple[str, str]:
 
 
 def _listing(items: Any, limit: int = 6) -> str | None:
-    if isinstance(items, str):
-        items = [items]
+    if not isinstance(items, list):
+        items = [items] if items else []
     if not items:
         return None
     shown = ", ".join(f"<code>{esc(item)}</code>" for item in items[:limit])
