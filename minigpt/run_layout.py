@@ -1,13 +1,18 @@
-"""The names of what a training run writes into its folder, and how to find its checkpoints.
+"""The names of what a training run writes into its folder, how to find its checkpoints, and how
+to read its logs back (metrics.jsonl, samples.txt).
 
 Plain Python at the bottom of the package: training writes these files, and the hub stage (which
-training now sits above, since a run can start from a published model) loads and publishes them.
+training now sits above, since a run can start from a published model) loads and publishes them;
+the app and the run page read them.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +23,16 @@ METRICS_FILE = "metrics.jsonl"
 SAMPLES_FILE = "samples.txt"
 LOSS_PLOT_FILE = "loss.png"
 SUMMARY_FILE = "summary.json"
+RUN_PAGE_FILE = "run.html"  # one self-contained page of the run, written last (training/run_page.py)
+CORPUS_REPORT_FILE = "corpus_report.json"  # the corpus report of the run's data, and its plan's epochs
 PLAN_FILE = "plan.json"  # what training.budget chose, and the shapes it weighed
 FINAL_DIR = "final"
 CHECKPOINT_PREFIX = "checkpoint"  # Trainer's PREFIX_CHECKPOINT_DIR: `checkpoint-N`
 STAGING_PREFIX = ".staging-"  # a save in progress; never matches Trainer's `checkpoint-*` globs
 SET_ASIDE_PREFIX = "corrupt-"  # where a bad checkpoint is moved; also outside `checkpoint-*`
-RUN_FILES = (RESOLVED_CONFIG_NAME, METRICS_FILE, SAMPLES_FILE, LOSS_PLOT_FILE, SUMMARY_FILE, PLAN_FILE)
+RUN_FILES = (
+    RESOLVED_CONFIG_NAME, METRICS_FILE, SAMPLES_FILE, LOSS_PLOT_FILE, SUMMARY_FILE, RUN_PAGE_FILE, CORPUS_REPORT_FILE, PLAN_FILE
+)
 
 _CHECKPOINT_RE = re.compile(rf"^{CHECKPOINT_PREFIX}-(\d+)$")
 
@@ -61,19 +70,83 @@ def model_folder_name(model: str | os.PathLike) -> str:
     return path.name
 
 
+# The header SampleTextCallback writes above each sample in samples.txt.
+SAMPLE_HEADER = re.compile(r"^--- step (\d+), prompt (.*) ---$", re.MULTILINE)
+
+
+@dataclass
+class Sample:
+    step: int
+    prompt: str  # as written in samples.txt: a Python repr, e.g. 'ROMEO:'
+    text: str  # the prompt and its continuation
+
+
+def format_sample(step: int, prompt: str, text: str) -> str:
+    """One block of samples.txt, as `read_samples` reads it back."""
+    return f"--- step {step}, prompt {prompt!r} ---\n{text}\n"
+
+
+def read_samples(path: Path, offset: int = 0) -> list[Sample]:
+    """The sample blocks of a run's samples.txt from byte `offset` on, oldest first ([] when none yet)."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(offset)
+            text = handle.read().decode("utf-8")
+    except (FileNotFoundError, UnicodeDecodeError):
+        return []
+    headers = list(SAMPLE_HEADER.finditer(text))
+    samples = []
+    for header, following in zip(headers, [*headers[1:], None], strict=True):
+        end = following.start() if following is not None else len(text)
+        body = text[header.end() + 1 : end]  # +1: the newline after the header
+        samples.append(Sample(int(header.group(1)), header.group(2), body.removesuffix("\n")))
+    return samples
+
+
+def is_number(value: Any) -> bool:
+    """A JSON number (not a bool); metrics.jsonl writes NaN and infinity as strings."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def read_log_records(path: Path, up_to_step: float = math.inf) -> list[dict[str, Any]]:
+    """A run's metrics.jsonl records up to a step (all of them by default), oldest first."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    records = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a line cut short by a kill
+        if isinstance(record, dict) and is_number(record.get("step")) and record["step"] <= up_to_step:
+            records.append(record)
+    return records
+
+
 __all__ = [
     "CHECKPOINT_PREFIX",
+    "CORPUS_REPORT_FILE",
     "FINAL_DIR",
     "LOSS_PLOT_FILE",
     "METRICS_FILE",
+    "PLAN_FILE",
     "RESOLVED_CONFIG_NAME",
     "RUN_FILES",
+    "RUN_PAGE_FILE",
     "SAMPLES_FILE",
+    "SAMPLE_HEADER",
     "SET_ASIDE_PREFIX",
     "STAGING_PREFIX",
     "SUMMARY_FILE",
+    "Sample",
     "checkpoint_step",
+    "format_sample",
+    "is_number",
     "list_checkpoints",
     "model_folder_name",
+    "read_log_records",
     "read_run_config",
+    "read_samples",
 ]

@@ -174,6 +174,26 @@ def free_port() -> int:
 
 PYTHON = sys.executable
 
+CHROMIUM = Path("/usr/bin/chromium")  # Debian's chromium package; Playwright's own browsers are never fetched
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def browser_missing() -> str | None:
+    """Why the browser tests cannot run here (no playwright package, no chromium), or None."""
+    if importlib.util.find_spec("playwright") is None:
+        return "no browser driver: the playwright package is not installed (pip install playwright)"
+    if not CHROMIUM.is_file():
+        return f"no browser: {CHROMIUM} is missing (apt-get install -y chromium)"
+    return None
+
 
 def load_script(name: str) -> types.ModuleType:
     """scripts/<name>.py as a module, to call its functions (or `main` under `run_cli`) in-process."""

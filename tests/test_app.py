@@ -20,23 +20,21 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import PYTHON, REPO_ROOT, build_tiny_tokenizer, free_port
+from conftest import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    PYTHON,
+    REPO_ROOT,
+    browser_missing,
+    build_tiny_tokenizer,
+    free_port,
+)
 
 try:
     from playwright.sync_api import expect, sync_playwright
 except ImportError:  # the browser tests skip; the others still run
     expect = sync_playwright = None
 
-CHROMIUM = Path("/usr/bin/chromium")  # Debian's chromium package; Playwright's own browsers are never fetched
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 SERVER_START_TIMEOUT_S = 120
 # The text of a Markdown component, without the (hidden) progress timer Gradio keeps beside it.
 TRAIN_ERROR = "#train-error [data-testid=markdown]"
@@ -310,10 +308,8 @@ def outside_requests() -> list[str]:
 
 @pytest.fixture(scope="module")
 def page(server, outside_requests):
-    if sync_playwright is None:
-        pytest.skip("no browser driver: the playwright package is not installed (pip install playwright)")
-    if not CHROMIUM.is_file():
-        pytest.skip(f"no browser: {CHROMIUM} is missing (apt-get install -y chromium)")
+    if reason := browser_missing():
+        pytest.skip(reason)
     url, _ = server
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)

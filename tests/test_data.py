@@ -11,7 +11,7 @@ from pathlib import Path
 import datasets
 import numpy as np
 import pytest
-from conftest import load_script
+from conftest import child_env, load_script
 
 from minigpt.data import corpus, packing
 from minigpt.data.compatibility import check_block_size, check_compatible
@@ -371,7 +371,7 @@ def test_check_compatible(tmp_path, tokenizer):
 
 
 def test_prepare_data_cli_error_is_one_line(tmp_path):
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    env = child_env(tmp_path)  # this checkout's code, not the editable install's
     result = subprocess.run(
         [
             sys.executable,

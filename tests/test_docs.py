@@ -69,6 +69,7 @@ RUN = (
     "scripts/push.py",
     "scripts/export.py",
     "scripts/build_chat_data.py",
+    "scripts/run_page.py",
 )
 # Python snippets only compiled, by a line they contain, and why.
 PYTHON_COMPILE_ONLY = {

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import load_script
+from conftest import child_env, load_script
 
 from minigpt.errors import ConfigError
 from minigpt.training.run_config import load_run_config
@@ -32,8 +31,7 @@ def tree_digest(folder: Path) -> dict[str, str]:
 
 
 def train_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    env["HF_HOME"] = str(tmp_path / "hf_home")
+    env = child_env(tmp_path)  # this checkout's code, not the editable install's
     return subprocess.run(
         [sys.executable, str(TRAIN_SCRIPT), *args],
         capture_output=True,

@@ -263,15 +263,16 @@ def test_a_tokenizer_made_elsewhere_is_used_as_it_is(tokenizer, tmp_path, capsys
 
 def run_script(script: str, args: list[str], cwd: Path):
     """`python scripts/<script> ARGS` in a child process, as a user runs it; its CompletedProcess."""
-    import os
     import subprocess
     import sys
+
+    from conftest import child_env
 
     return subprocess.run(
         [sys.executable, str(Path(__file__).resolve().parents[1] / "scripts" / script), *args],
         capture_output=True,
         text=True,
-        env=dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false"),
+        env=child_env(cwd),  # this checkout's code, not the editable install's
         cwd=cwd,
         timeout=300,
     )

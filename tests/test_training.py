@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 import threading
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import child_env  # PYTHONPATH is this checkout: the CLI runs the code under test
 from transformers import TrainerCallback
 
 from minigpt.data.run_data import prepare_run_data
@@ -55,7 +55,7 @@ def read_jsonl(path: Path) -> list[dict]:
 
 def assert_complete_run(output_dir: Path, max_steps: int) -> list[dict]:
     """Every output of a finished run exists and says what it should; returns metrics.jsonl records."""
-    for name in ("metrics.jsonl", "samples.txt", "loss.png", "resolved_config.yaml", "summary.json"):
+    for name in ("metrics.jsonl", "samples.txt", "loss.png", "resolved_config.yaml", "summary.json", "run.html"):
         assert (output_dir / name).is_file(), name
     assert (output_dir / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     resolved = yaml.safe_load((output_dir / "resolved_config.yaml").read_text())
@@ -119,16 +119,6 @@ def assert_final_model_loads_and_generates(final_dir: Path) -> None:
     generator = pipeline("text-generation", model=str(final_dir), trust_remote_code=True)
     generated = generator("ROMEO:", return_tensors=True)[0]["generated_token_ids"]
     assert inputs["input_ids"].shape[1] < len(generated) <= 64
-
-
-def child_env(tmp_path: Path) -> dict[str, str]:
-    return dict(
-        os.environ,
-        HF_HUB_OFFLINE="1",
-        HF_DATASETS_OFFLINE="1",
-        TOKENIZERS_PARALLELISM="false",
-        HF_HOME=str(tmp_path / "hf_home"),
-    )
 
 
 def test_smoke_run_through_the_cli(tmp_path, tokenizer_dir):

@@ -8,8 +8,6 @@ page, so closing or reloading a page loses nothing: the next snapshot shows the 
 from __future__ import annotations
 
 import copy
-import json
-import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -18,20 +16,15 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+# samples.txt and metrics.jsonl are read where they are named (the run page reads them too)
+from ..run_layout import Sample, read_log_records, read_samples
+from ..run_layout import is_number as _is_number
+
 # Run statuses. "starting" covers tokenizer training and data preparation, before step 1.
 IDLE, STARTING, RUNNING, STOPPING = "idle", "starting", "running", "stopping"
 STOPPED, FINISHED, FAILED = "stopped", "finished", "failed"
 
 MAX_SAMPLES_SHOWN = 6  # the newest sample blocks kept for the page (samples.txt keeps them all)
-# The header SampleTextCallback writes above each sample in samples.txt.
-SAMPLE_HEADER = re.compile(r"^--- step (\d+), prompt (.*) ---$", re.MULTILINE)
-
-
-@dataclass
-class Sample:
-    step: int
-    prompt: str  # as written in samples.txt: a Python repr, e.g. 'ROMEO:'
-    text: str  # the prompt and its continuation
 
 
 @dataclass
@@ -141,44 +134,6 @@ class LiveRunState:
 
 def _float_or_none(value: Any) -> float | None:
     return None if value is None else float(value)
-
-
-def read_samples(path: Path, offset: int = 0) -> list[Sample]:
-    """The sample blocks of a run's samples.txt from byte `offset` on, oldest first ([] when none yet)."""
-    try:
-        with path.open("rb") as handle:
-            handle.seek(offset)
-            text = handle.read().decode("utf-8")
-    except (FileNotFoundError, UnicodeDecodeError):
-        return []
-    headers = list(SAMPLE_HEADER.finditer(text))
-    samples = []
-    for header, following in zip(headers, [*headers[1:], None], strict=True):
-        end = following.start() if following is not None else len(text)
-        body = text[header.end() + 1 : end]  # +1: the newline after the header
-        samples.append(Sample(int(header.group(1)), header.group(2), body.removesuffix("\n")))
-    return samples
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def read_log_records(path: Path, up_to_step: int) -> list[dict[str, Any]]:
-    """A run's metrics.jsonl records up to a step (a resumed run's past), oldest first."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        return []
-    records = []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue  # a line cut short by a kill
-        if isinstance(record, dict) and _is_number(record.get("step")) and record["step"] <= up_to_step:
-            records.append(record)
-    return records
 
 
 class LiveStateCallback(TrainerCallback):

@@ -5,6 +5,6 @@ finish), `trainer.py` (`training_arguments` and `MiniGPTTrainer`'s public overri
 and `callbacks.py` (timing, logs, samples, stops). Beside them: `settings` and `run_config` (the
 YAML, no torch), `checkpoints` (complete-checkpoint markers, rotation, resume), `base_model`
 (`model.init_from`), `hardware`, `interrupt` (StopController), `optimizers` (Muon), `peak_flops`,
-`memory_estimate`, `summary` (the run's lines, summary.json, loss.png), `run_folder`,
+`memory_estimate`, `summary` (the run's lines, summary.json, loss.png), `run_page` (run.html), `run_folder`,
 `shared_folder`; `data_cli` holds the options shared by the data scripts.
 """

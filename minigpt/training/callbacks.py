@@ -37,6 +37,7 @@ from transformers.trainer_callback import ProgressCallback
 
 from ..atomic import atomic_write_file
 from ..generation import SamplingSettings, generate_samples
+from ..run_layout import format_sample
 from .interrupt import StopController
 
 
@@ -420,10 +421,7 @@ class SampleTextCallback(TrainerCallback):
         texts = self.texts_at(model, state.global_step)
         if not state.is_world_process_zero:
             return []
-        block = "".join(
-            f"--- step {state.global_step}, prompt {p!r} ---\n{t}\n"
-            for p, t in zip(self.prompts, texts, strict=True)
-        )
+        block = "".join(format_sample(state.global_step, p, t) for p, t in zip(self.prompts, texts, strict=True))
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a", encoding="utf-8") as handle:
             handle.write(block)

@@ -9,7 +9,7 @@ The steps, in order, each fed by the one before:
    weights), fitted to the tokenizer;
 4. the Trainer (`build_trainer`: trainer.py's `MiniGPTTrainer` with callbacks.py's callbacks);
 5. training, or finishing a run stopped after its last step; then the final evaluation, the final
-   model, the loss plot and the summary.
+   model, the loss plot, the summary and, last, the run's page (run_page.py).
 
 Trainer owns the optimizer, the schedule, clipping, gradient accumulation (loss = mean over all
 tokens of the accumulated window, through `num_items_in_batch`), precision and checkpoints
@@ -93,6 +93,7 @@ from .run_folder import (
     check_resume_target,
     claim_output_dir,
 )
+from .run_page import write_run_page
 from .settings import ModelSettings, RunConfig, TrainingSettings, effective_batch_size
 from .shared_folder import check_shared_output_dir
 from .sizing import HEAD_SIZE, Plan, apply_settings, size_run
@@ -155,6 +156,8 @@ def run_training(
             result = _finish(trainer, tokenizer, run, start, stop_controller.stop_requested, started)
     if args.should_save and stop_controller.signum is None:  # a signal's one line has said what happened
         print(describe_result(result), flush=True)
+        if result.page is not None:  # last: the one file to open
+            print(f"run page: {result.page}", flush=True)
     return result
 
 
@@ -495,7 +498,8 @@ def _finish(
     stopped: bool,
     started: float,
 ) -> TrainingResult:
-    """After training: the final evaluation and model (unless stopped), the loss plot and summary.json."""
+    """After training: the final evaluation and model (unless stopped), the loss plot, summary.json
+    and, last, run.html."""
     main = trainer.args.should_save
     output_dir = Path(run.training.output_dir)
     final_metrics = {} if stopped else _final_evaluation(trainer)
@@ -528,7 +532,21 @@ def _finish(
     if main:
         with atomic_write_file(output_dir / SUMMARY_FILE) as handle:
             json.dump(summary_record(result), handle, indent=2)
+        result.page = _write_page(output_dir)
     return result
+
+
+def _write_page(output_dir: Path) -> Path | None:
+    """The run's page, from the files just written; None, said in one line, when it fails.
+
+    The page is a view of files already saved: a failure to draw it must not turn a trained run
+    into a failed one (the model and summary.json are in place; scripts/run_page.py redraws it).
+    """
+    try:
+        return write_run_page(output_dir)
+    except Exception as error:
+        print(f"run page not written ({type(error).__name__}: {error}); the run's files are complete", flush=True)
+        return None
 
 
 def save_final_model(

@@ -46,6 +46,7 @@ class TrainingResult:
     log_history: list[dict[str, Any]] = field(repr=False, default_factory=list)
     base_model: dict[str, Any] | None = None  # model.init_from as recorded (repo id + revision, or folder name)
     base_metrics: dict[str, float] = field(default_factory=dict)  # the base's eval_* at step 0
+    page: Path | None = None  # <output_dir>/run.html (run_page.py), written last; None if that failed
 
 
 def describe_run(

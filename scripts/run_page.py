@@ -1,0 +1,28 @@
+"""Write (or rewrite) the page of a run: RUN_DIR/run.html, from the files in RUN_DIR alone.
+
+    python scripts/run_page.py runs/smoke
+
+Training writes the page at its end; this draws it again for a run folder written before there
+was one, or after adding a file the page shows (corpus_report.json, plan.json). It prints the path.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from minigpt.errors import run_cli
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dir", help="a training run's output folder (training.output_dir)")
+    args = parser.parse_args(argv)
+
+    from minigpt.training.run_page import write_run_page  # matplotlib: only once the arguments are fine
+
+    print(write_run_page(args.run_dir))
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main)
