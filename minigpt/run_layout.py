@@ -18,11 +18,12 @@ METRICS_FILE = "metrics.jsonl"
 SAMPLES_FILE = "samples.txt"
 LOSS_PLOT_FILE = "loss.png"
 SUMMARY_FILE = "summary.json"
+CORPUS_REPORT_FILE = "corpus_report.json"  # the corpus report with the run's plan (data/corpus_report.py)
 FINAL_DIR = "final"
 CHECKPOINT_PREFIX = "checkpoint"  # Trainer's PREFIX_CHECKPOINT_DIR: `checkpoint-N`
 STAGING_PREFIX = ".staging-"  # a save in progress; never matches Trainer's `checkpoint-*` globs
 SET_ASIDE_PREFIX = "corrupt-"  # where a bad checkpoint is moved; also outside `checkpoint-*`
-RUN_FILES = (RESOLVED_CONFIG_NAME, METRICS_FILE, SAMPLES_FILE, LOSS_PLOT_FILE, SUMMARY_FILE)
+RUN_FILES = (RESOLVED_CONFIG_NAME, METRICS_FILE, SAMPLES_FILE, LOSS_PLOT_FILE, SUMMARY_FILE, CORPUS_REPORT_FILE)
 
 _CHECKPOINT_RE = re.compile(rf"^{CHECKPOINT_PREFIX}-(\d+)$")
 
@@ -62,6 +63,7 @@ def model_folder_name(model: str | os.PathLike) -> str:
 
 __all__ = [
     "CHECKPOINT_PREFIX",
+    "CORPUS_REPORT_FILE",
     "FINAL_DIR",
     "LOSS_PLOT_FILE",
     "METRICS_FILE",
