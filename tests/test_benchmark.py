@@ -467,3 +467,22 @@ def test_benchmark_data_reports_bytes_per_token_of_sampled_tokenizers(tmp_path, 
     for r in rows.values():
         assert r["bytes_per_token"] == r["validation_bytes"] / r["validation_tokens"] > 1
     assert "bytes/token" in capsys.readouterr().out
+
+
+def test_benchmark_data_measures_the_corpus_report_and_dedup_on_planted_copies(tmp_path, monkeypatch, capsys):
+    from minigpt.benchmarks.report_speed import write_planted_corpus
+
+    planted = write_planted_corpus(tmp_path / "planted.jsonl", 100_000)
+    assert planted.exact == planted.near == planted.documents // 20 > 0
+    assert planted.bytes == (tmp_path / "planted.jsonl").stat().st_size >= 100_000
+    in_process_contenders(monkeypatch)
+    out = tmp_path / "report.json"
+    assert load_script("benchmark_data").main(["--corpus-report", "0.1", "--workdir", str(tmp_path / "w"), "--json", str(out)]) == 0
+    [result] = json.loads(out.read_text())
+    assert result["planted"] == {"exact": planted.exact, "near": planted.near}  # the same seeded corpus
+    report, dedup = result["runs"]["report"][0], result["runs"]["dedup"][0]
+    assert dedup["exact"] == planted.exact and dedup["near"] == planted.near  # every planted copy, nothing else
+    assert report["whole"] and report["compared"] == planted.documents
+    assert report["exact"] + report["near"] + report["validation_copies"] <= planted.exact + planted.near
+    printed = capsys.readouterr().out
+    assert f"removed {planted.exact:,} exact and {planted.near:,} near copies of {planted.documents:,} documents" in printed

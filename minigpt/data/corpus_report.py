@@ -123,7 +123,7 @@ class CorpusReport:
         return (
             f"duplicates in a sample of {d['compared']:,} of the {documents:,} training documents "
             f"(data.report_max_documents={self.sample['max_documents']}): {found}; a sample finds a copy "
-            "only when it draws its original too: the corpus holds more"
+            "only when it draws its original too, so the corpus may hold more"
         )
 
     def _validation_line(self) -> str:
@@ -144,12 +144,12 @@ def _sizes(split: dict[str, Any]) -> str:
 def _dedup_line(dedup: dict[str, Any]) -> str:
     parts = []
     for pool, counts in dedup.items():
-        where = {"corpus": "before the split", "train": "from training", "validation": "from validation"}[pool]
-        part = f"{counts['exact']:,} exact and {counts['near']:,} near copies of {counts['documents']:,} documents {where}"
-        if "copies_of_validation" in counts:
+        what = {"corpus": "documents before the split", "train": "training documents", "validation": "validation documents"}
+        part = f"{counts['exact']:,} exact and {counts['near']:,} near copies of {counts['documents']:,} {what[pool]}"
+        if counts.get("copies_of_validation"):
             part += f" ({counts['copies_of_validation']:,} of them copies of validation documents)"
         parts.append(part)
-    return "data.dedup removed " + "; ".join(parts)
+    return "data.dedup removed " + "; ".join(reversed(parts))  # training first
 
 
 def scan_settings(settings: DataSettings) -> dict[str, Any]:
