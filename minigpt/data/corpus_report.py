@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .duplicates import PREFIX_CHARS, THRESHOLD, DuplicateIndex, join_documents
+from .duplicates import PREFIX_CHARS, THRESHOLD, Copy, DuplicateIndex, join_documents
 from .settings import DataSettings, seeded_unit
 from .sources import RawCorpus, RawSplit, arrow_batches, document_batches, plural, row_bytes, size_columns
 
@@ -81,7 +81,7 @@ class CorpusReport:
     def lines(self) -> list[str]:
         """What a run prints: a few lines, then a `warning:` line for each problem found."""
         lines = [
-            "corpus: " + "; ".join(f"{name} {_sizes(self.__dict__[name])}" for name in ("train", "validation"))
+            "corpus: " + "; ".join(f"{name} {_sizes(getattr(self, name))}" for name in ("train", "validation"))
         ]
         if self.dedup is not None:
             lines.append(_dedup_line(self.dedup))
@@ -166,58 +166,46 @@ def scan_corpus(raw: RawCorpus, settings: DataSettings) -> tuple[SplitScan, Spli
     """Compare the documents of `raw`: (training's duplicates, validation's copies of training, the
     sample's settings with `whole`). Both splits are drawn with one share p, seeded."""
     sample = scan_settings(settings)
-    p = 1.0
+    picked: list[np.ndarray | None] = [None, None]  # None: every document of the split
     if settings.report_max_documents is not None:
-        documents = raw.train.documents + raw.validation.documents
-        compared_bytes = _compared_bytes(raw.train) + _compared_bytes(raw.validation)
-        p = min(1.0, settings.report_max_documents / max(documents, 1), REPORT_MAX_BYTES / max(compared_bytes, 1))
-    sample["whole"] = p >= 1.0
+        documents = [_document_keys_and_bytes(split) for split in (raw.train, raw.validation)]
+        count = sum(len(keys) for keys, _ in documents)
+        compared_bytes = sum(int(np.minimum(sizes, PREFIX_CHARS).sum()) for _, sizes in documents)  # as read
+        p = min(1.0, settings.report_max_documents / max(count, 1), REPORT_MAX_BYTES / max(compared_bytes, 1))
+        if p < 1.0:
+            picked = [keys[seeded_unit(keys, settings.seed ^ REPORT_SEED_SALT) < p] for keys, _ in documents]
+    sample["whole"] = picked[0] is None
     index = DuplicateIndex()
     train = SplitScan(raw.train.documents, 0)
-    for document in join_documents(document_batches(raw.train.dataset, _drawn(raw.train, p, settings.seed))):
-        copy = index.match(document)
-        train.compared += 1
-        if copy is not None:
-            setattr(train, copy.kind, getattr(train, copy.kind) + 1)
+    for document in join_documents(document_batches(raw.train.dataset, picked[0])):
+        _count_copy(train, index.match(document))
     validation = SplitScan(raw.validation.documents, 0)
-    for document in join_documents(document_batches(raw.validation.dataset, _drawn(raw.validation, p, settings.seed))):
-        copy = index.match(document, add=False)  # copies of training documents only
-        validation.compared += 1
-        if copy is not None:
-            setattr(validation, copy.kind, getattr(validation, copy.kind) + 1)
+    for document in join_documents(document_batches(raw.validation.dataset, picked[1])):
+        _count_copy(validation, index.match(document, add=False))  # copies of training documents only
     return train, validation, sample
 
 
+def _count_copy(scan: SplitScan, copy: Copy | None) -> None:
+    scan.compared += 1
+    if copy is not None:
+        setattr(scan, copy.kind, getattr(scan, copy.kind) + 1)
+
+
 def _document_keys_and_bytes(split: RawSplit) -> tuple[np.ndarray, np.ndarray]:
-    """Each document's key (its row, or a text file's index) and its bytes, from the rows' sizes."""
+    """Each document's key (its row, or a text file's index), sorted, and its bytes, from the rows'
+    sizes (not their text)."""
     keys, sizes, start = [], [], 0
     for table in arrow_batches(split.dataset, columns=size_columns(split.dataset)):
-        size = row_bytes(table)
         if "doc" in table.column_names:
             keys.append(table.column("doc").to_numpy().astype(np.int64))
         else:
             keys.append(np.arange(start, start + table.num_rows))
-        sizes.append(size)
+        sizes.append(row_bytes(table))
         start += table.num_rows
     if not keys:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-    keys_array, sizes_array = np.concatenate(keys), np.concatenate(sizes)
-    unique, inverse = np.unique(keys_array, return_inverse=True)  # a text file's rows summed
-    return unique, np.bincount(inverse, weights=sizes_array).astype(np.int64)
-
-
-def _compared_bytes(split: RawSplit) -> int:
-    """The bytes comparing every document of `split` reads: each up to PREFIX_CHARS (as bytes)."""
-    _, sizes = _document_keys_and_bytes(split)
-    return int(np.minimum(sizes, PREFIX_CHARS).sum())
-
-
-def _drawn(split: RawSplit, p: float, seed: int) -> np.ndarray | None:
-    """The keys of the documents compared, sorted: those whose seeded draw is under p (None: all)."""
-    if p >= 1.0:
-        return None
-    keys, _ = _document_keys_and_bytes(split)
-    return keys[seeded_unit(keys, seed ^ REPORT_SEED_SALT) < p]
+    unique, inverse = np.unique(np.concatenate(keys), return_inverse=True)  # a text file's rows summed
+    return unique, np.bincount(inverse, weights=np.concatenate(sizes)).astype(np.int64)
 
 
 def build_report(
