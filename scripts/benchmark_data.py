@@ -3,6 +3,7 @@
     python scripts/benchmark_data.py [--sizes-mb 25 100] [--repeats 3] [--num-proc 0] [--workdir DIR]
     python scripts/benchmark_data.py --python-corpus [MB ...] [--contenders NAME ...] [--repeats 1]
     python scripts/benchmark_data.py --tokenizer-samples 1 0.25 0.1 [--python-mb 235] [--doc-max-chars 0 10000]
+    python scripts/benchmark_data.py --corpus-report 1000 [--repeats 1] [--workdir DIR]
 
 Default: Tiny Shakespeare repeated to each size in a work folder (deleted at the end unless
 --keep), one tokenizer trained on Tiny Shakespeare, then in every repeat raw `tokenizers`, a cold
@@ -18,8 +19,14 @@ time and peak memory of each, and how the peaks grow with the corpus.
 
 --tokenizer-samples: tokenizers trained on that share of the Python corpus's train split
 (tokenizer.train_max_bytes; 1 = all of it) with each --doc-max-chars, and their bytes per token on
-the same validation split. See minigpt/benchmarks/data_speed.py; the run's own corpus, in
-process: `scripts/benchmark.py --only data`.
+the same validation split.
+
+--corpus-report: JSON lines of about MB each of Tiny Shakespeare lines drawn into documents, with
+5% exact and 5% near copies planted (`minigpt.benchmarks.report_speed`); the corpus report's
+comparison of documents (its bounded sample) and data.dedup over every document, each in a fresh
+process: wall time, peak memory, and what each found against what was planted.
+
+See minigpt/benchmarks/data_speed.py; the run's own corpus, in process: `scripts/benchmark.py --only data`.
 """
 
 from __future__ import annotations
@@ -55,6 +62,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="FRACTION",
         help="train tokenizers on these shares of the Python corpus's train split (1 = all)",
     )
+    parser.add_argument(
+        "--corpus-report",
+        type=float,
+        nargs="+",
+        metavar="MB",
+        help="the corpus report and data.dedup on generated JSON lines of these sizes with planted copies",
+    )
     parser.add_argument("--python-mb", type=float, help="size of the Python corpus for --tokenizer-samples (default: all)")
     parser.add_argument("--doc-max-chars", type=int, nargs="+", help="tokenizer.doc_max_chars values for --tokenizer-samples")
     parser.add_argument("--contenders", nargs="+", help="with --python-corpus: only these contenders, in this order")
@@ -84,7 +98,12 @@ def main(argv: list[str] | None = None) -> int:
         print(text, flush=True)
 
     try:
-        if args.tokenizer_samples is not None:
+        if args.corpus_report is not None:
+            from minigpt.benchmarks import report_speed
+
+            results = report_speed.compare_corpus_report(args.corpus_report, workdir, args.repeats or 1, progress=report)
+            print(f"\n{report_speed.corpus_report_report(results)}")
+        elif args.tokenizer_samples is not None:
             results = data_speed.compare_tokenizer_samples(
                 args.tokenizer_samples, workdir, args.python_mb, args.doc_max_chars, vocab_size
             )

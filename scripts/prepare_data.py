@@ -6,7 +6,8 @@
 Settings come from CONFIG (default configs/shakespeare.yaml), then overrides, then flags. The
 tokenizer at tokenizer.path is used if it was trained on this data with these settings (else the
 script stops with one line: give another --tokenizer DIR), or trained on the training split first.
-A second run with the same inputs and settings reuses the cached blocks; it prints where they live.
+A second run with the same inputs and settings reuses the cached blocks; it prints where they live,
+and the corpus report: documents, bytes and tokens per split, duplicates, validation copies of training.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     corpus = prepare_corpus(run.data, tokenizer, max_position_embeddings=max_positions)
     check_compatible(tokenizer, len(tokenizer), max_position_embeddings=max_positions, corpus=corpus)
     print(corpus.describe())
+    if corpus.report is not None:  # sizes, duplicates, validation copies of training (no plan: no run)
+        print("\n".join(corpus.report.lines()))
     return 0
 
 

@@ -488,3 +488,20 @@ def test_a_timed_stream_counts_from_its_first_piece():
     row = {"first_token_ms": spread([5.0, 7.0]), "tokens_per_second": spread([100.0, 300.0]), "reply_tokens": [4]}
     table = serving_report({"llama.cpp, 1 thread": row}, machine)
     assert "| llama.cpp, 1 thread | 6.0 (5.0-7.0) | 200 (100-300) | 4 |" in table
+def test_benchmark_data_measures_the_corpus_report_and_dedup_on_planted_copies(tmp_path, monkeypatch, capsys):
+    from minigpt.benchmarks.report_speed import write_planted_corpus
+
+    planted = write_planted_corpus(tmp_path / "planted.jsonl", 100_000)
+    assert planted.exact == planted.near == planted.documents // 20 > 0
+    assert planted.bytes == (tmp_path / "planted.jsonl").stat().st_size >= 100_000
+    in_process_contenders(monkeypatch)
+    out = tmp_path / "report.json"
+    assert load_script("benchmark_data").main(["--corpus-report", "0.1", "--workdir", str(tmp_path / "w"), "--json", str(out)]) == 0
+    [result] = json.loads(out.read_text())
+    assert result["planted"] == {"exact": planted.exact, "near": planted.near}  # the same seeded corpus
+    report, dedup = result["runs"]["report"][0], result["runs"]["dedup"][0]
+    assert dedup["exact"] == planted.exact and dedup["near"] == planted.near  # every planted copy, nothing else
+    assert report["whole"] and report["compared"] == planted.documents
+    assert report["exact"] + report["near"] + report["validation_copies"] <= planted.exact + planted.near
+    printed = capsys.readouterr().out
+    assert f"removed {planted.exact:,} exact and {planted.near:,} near copies of {planted.documents:,} documents" in printed

@@ -20,6 +20,9 @@ comparison:
   train_start  a training run on the cached blocks (a tiny model): seconds to its first step
   tokenizer_sample  a tokenizer trained with the job's sample limits: its sample and the
                validation split's bytes per token
+  load         `load_raw_corpus` alone (the first time: datasets' Arrow copy of the sources)
+  report       the corpus report's comparison of documents, after the corpus is loaded
+  dedup        `load_raw_corpus` with data.dedup: every document compared, the copies removed
 and, when the corpus has no tokenizer given, training the byte-level BPE first (`tokenizer_s`).
 Each contender times its own work, after imports. It runs in this process, or in a fresh one
 (`fresh_processes`) whose process tree's peak memory is sampled: PSS, which splits the pages
@@ -256,6 +259,56 @@ def tokenizer_sample(job: DataJob) -> dict[str, Any]:
     }
 
 
+def load_corpus(job: DataJob) -> dict[str, Any]:
+    """`load_raw_corpus`: the sources read into datasets' Arrow copy (the first time), checked, split."""
+    from ..data.sources import load_raw_corpus
+
+    start = time.perf_counter()
+    raw = load_raw_corpus(job.data)
+    return {"seconds": time.perf_counter() - start, "documents": raw.train.documents + raw.validation.documents}
+
+
+def corpus_report_scan(job: DataJob) -> dict[str, Any]:
+    """The corpus report's comparison of documents (its sample, as data.report_max_documents bounds
+    it), timed after the corpus is loaded (`load_seconds`, from the Arrow copy `load_corpus` made)."""
+    from ..data.corpus_report import scan_corpus
+    from ..data.sources import load_raw_corpus
+
+    start = time.perf_counter()
+    raw = load_raw_corpus(job.data)
+    loaded = time.perf_counter()
+    train, validation, sample = scan_corpus(raw, job.data)
+    return {
+        "seconds": time.perf_counter() - loaded,
+        "load_seconds": loaded - start,
+        "documents": raw.train.documents + raw.validation.documents,
+        "compared": train.compared + validation.compared,
+        "whole": sample["whole"],
+        "exact": train.exact,
+        "near": train.near,
+        "validation_copies": validation.exact + validation.near,
+    }
+
+
+def dedup_corpus(job: DataJob) -> dict[str, Any]:
+    """`load_raw_corpus` with data.dedup on, every document compared (its cached decisions removed
+    first): the comparison, the rows filtered, the split."""
+    from ..data.sources import load_raw_corpus
+
+    data = dataclasses.replace(job.data, dedup=True)
+    shutil.rmtree(Path(data.cache_dir) / "dedup", ignore_errors=True)
+    start = time.perf_counter()
+    raw = load_raw_corpus(data)
+    seconds = time.perf_counter() - start
+    pools = raw.dedup.values()
+    return {
+        "seconds": seconds,
+        "documents": sum(p["documents"] for p in pools),
+        "exact": sum(p["exact"] for p in pools),
+        "near": sum(p["near"] for p in pools),
+    }
+
+
 # name -> contender; each comparison runs the names it lists, in its order
 CONTENDERS: dict[str, Callable[[DataJob], dict[str, Any]]] = {
     "raw": encode_raw,
@@ -266,6 +319,9 @@ CONTENDERS: dict[str, Callable[[DataJob], dict[str, Any]]] = {
     "cached": prepare_blocks,
     "train_start": first_training_step,
     "tokenizer_sample": tokenizer_sample,
+    "load": load_corpus,
+    "report": corpus_report_scan,
+    "dedup": dedup_corpus,
 }
 # a cache hit or miss where none was meant: a broken run
 EXPECTED_REUSE = {"prepare": False, "cached": True, "cold": False}

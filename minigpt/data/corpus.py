@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING
 
 import datasets
 
-from ..atomic import atomic_output_dir
+from ..atomic import atomic_output_dir, atomic_write_file
 from ..distributed import is_main_process
 from ..errors import ConfigError, DataError
 from ..progress import datasets_progress_bars
+from .corpus_report import REPORT_FILE, CorpusReport, build_report, read_report
 from .packing import (
     data_tokenizer,
     map_batch_rows,
@@ -73,6 +74,7 @@ class PreparedCorpus:
     tokenizer_fingerprint: str  # tokenization.tokenizer_fingerprint of that tokenizer
     cache_dir: Path  # the folder holding this corpus's blocks
     reused: bool  # True when the blocks came from the cache
+    report: CorpusReport | None = None  # the corpus report (prepare_corpus; None for conversations)
 
     @property
     def validation_bytes_per_token(self) -> float:
@@ -93,11 +95,15 @@ class PreparedCorpus:
 
 
 def cache_key(settings: DataSettings, tokenizer_id: str, inputs_id: str, fmt: str) -> str:
-    """Hash of what decides the blocks; not num_proc, batch_size, streaming, progress bars or how
-    training reads them (shift_blocks)."""
+    """Hash of what decides the blocks; not num_proc, batch_size, streaming, progress bars, how
+    training reads them (shift_blocks) or the report's sample (the report beside the blocks is
+    redone alone when that changes)."""
     decisive = asdict(settings)
-    for key in ("cache_dir", "num_proc", "batch_size", "streaming", "show_progress", "format", "shift_blocks"):
+    left_out = ("cache_dir", "num_proc", "batch_size", "streaming", "show_progress", "format", "shift_blocks")
+    for key in (*left_out, "report_max_documents"):
         decisive.pop(key)
+    if not decisive["dedup"]:  # off: the keys of blocks prepared before data.dedup existed
+        decisive.pop("dedup")
     decisive.update(format=fmt, tokenizer=tokenizer_id, inputs=inputs_id, version=CACHE_FORMAT_VERSION)
     return hashlib.sha256(json.dumps(decisive, sort_keys=True).encode()).hexdigest()[:20]
 
@@ -162,7 +168,9 @@ def prepare_corpus(
     if (target / META_FILE).is_file():
         if is_main_process():  # under `accelerate launch` the other processes load silently
             print(f"reusing prepared blocks in {target}")
-        return load_prepared(target)
+        corpus = load_prepared(target)
+        corpus.report = read_report(target, settings) or _report_again(target, settings, corpus)
+        return corpus
     print(f"preparing blocks in {target}")
     with datasets_progress_bars(settings.show_progress), atomic_output_dir(target) as staging:
         meta = _prepare_into(staging, settings, tokenizer)
@@ -172,7 +180,19 @@ def prepare_corpus(
         (staging / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     corpus = load_prepared(target)
     corpus.reused = False
+    corpus.report = read_report(target, settings)
     return corpus
+
+
+def _report_again(target: Path, settings: DataSettings, corpus: PreparedCorpus) -> CorpusReport:
+    """The report for cached blocks that have none, or one of another sample: the raw text compared
+    again (datasets' Arrow copy of it, not the sources) and the report saved beside the blocks."""
+    with datasets_progress_bars(settings.show_progress):
+        raw = load_raw_corpus(settings)
+    report = build_report(raw, settings, corpus.train_stats.tokens, corpus.validation_stats.tokens)
+    with atomic_write_file(target / REPORT_FILE) as handle:
+        json.dump(report.to_dict(), handle, indent=2)
+    return report
 
 
 def _prepare_into(staging: Path, settings: DataSettings, tokenizer: PreTrainedTokenizerFast) -> dict:
@@ -222,6 +242,8 @@ def _prepare_into(staging: Path, settings: DataSettings, tokenizer: PreTrainedTo
             f"corpus too small for data.block_size={settings.block_size}: the {sizes} tokens, and each split needs "
             "at least one full block; add text, lower data.block_size or change data.validation_fraction"
         )
+    report = build_report(raw, settings, stats["train"].tokens, stats["validation"].tokens)
+    (staging / REPORT_FILE).write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
     return {
         "block_size": settings.block_size,
         "vocab_size": len(tokenizer),

@@ -96,11 +96,13 @@ def split_settings(data: DataSettings, fmt: str, num_files: int = 1) -> dict[str
 
     With separate validation files the training text is all of the train files; otherwise the
     split method and fraction (and, for a random split, its seed) decide it. The format and the
-    text field decide how the files are read.
+    text field decide how the files are read, data.dedup which documents are left.
     """
     decisive: dict[str, Any] = {"format": fmt}
     if fmt != "text":
         decisive["text_field"] = data.text_field
+    if data.dedup:  # fewer documents (absent when off: records from before data.dedup still match)
+        decisive["dedup"] = True
     if data.validation_files:
         decisive["validation_split"] = "validation_files"
         return decisive

@@ -20,6 +20,7 @@ from .chat_corpus import prepare_chat_corpus
 from .chat_encoding import ChatCollator
 from .chat_template import add_chat_tokens, stop_token_ids
 from .corpus import PreparedCorpus, prepare_corpus
+from .corpus_report import CorpusReport
 from .sample_prompts import corpus_prompts
 from .settings import DataSettings
 from .sources import plural
@@ -42,6 +43,9 @@ class RunData:
     added_token_ids: list[int]  # tokens preparing added to the tokenizer: a trained model needs rows for them
     description: str  # the run's "data:" line
     sample_prompts: list[str]  # openings of validation lines or conversations: samples of a config naming none
+    # sizes, duplicates and validation copies of the text before training (corpus_report.py); None
+    # for conversations. Training adds its plan, prints it and writes it into the run's folder.
+    report: CorpusReport | None = None
 
     def start_epoch(self, epoch: int) -> None:
         """Shifted blocks move to `epoch`'s offset in the token stream; anything else stays."""
@@ -94,6 +98,7 @@ def prepare_run_data(
         added_token_ids=added,
         description=description,
         sample_prompts=corpus_prompts(corpus.validation, tokenizer, chat=settings.format == "chat"),
+        report=corpus.report,
     )
 
 

@@ -47,6 +47,12 @@ class DataSettings:
     cache_dir: str = ".cache/minigpt/data"  # prepared blocks and datasets' Arrow copies of the sources
     streaming: bool = False  # read sources lazily (no Arrow copy of the raw text); tokenizes in one process
     max_invalid_utf8_fraction: float = 0.001  # tolerated share of undecodable/NUL characters per file
+    # Remove exact and near-duplicate documents (MinHash over every document, duplicates.py) before
+    # the train/validation split, so no copy of a validation document is trained on
+    dedup: bool = False
+    # The corpus report (corpus_report.py) compares at most this many documents, drawn by `seed`
+    # across the corpus (and at most REPORT_MAX_BYTES of their text): seconds on any corpus; null = all
+    report_max_documents: int | None = 20_000
     show_progress: bool = True  # show progress bars
 
     @property
@@ -78,6 +84,10 @@ class DataSettings:
             )
         if not self.train_files:
             raise ConfigError("data.train_files is empty: name at least one file, folder or glob")
+        if self.format == "chat" and self.dedup:
+            raise ConfigError("data.dedup applies to text documents, not to data.format=chat conversations: set it false")
+        if self.report_max_documents is not None and self.report_max_documents < 1:
+            raise ConfigError(f"data.report_max_documents must be >= 1 or null (all), got {self.report_max_documents}")
 
     def split_method(self, num_train_files: int) -> str:
         """`validation_split` with "auto" decided: a sample of documents across a corpus of several

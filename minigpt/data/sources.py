@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import glob
+import hashlib
+import json
 import os
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -22,11 +24,22 @@ import datasets
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from tqdm.auto import tqdm
 
+from ..atomic import atomic_write_file
 from ..distributed import is_main_process
 from ..errors import ConfigError, DataError, MiniGPTUserError
 from ..progress import datasets_progress_bars
 from .digests import binary_verdicts
+from .duplicates import (
+    NUM_PERM,
+    PREFIX_CHARS,
+    SHINGLE_WORDS,
+    THRESHOLD,
+    DuplicateIndex,
+    join_documents,
+    minhash_scheme,
+)
 from .provenance import content_fingerprint
 from .settings import FORMATS, DataSettings, seeded_unit
 from .text_files import INVALID_CHARS, load_text_files, text_features
@@ -35,6 +48,7 @@ SUFFIX_FORMATS = {".jsonl": "json", ".json": "json", ".ndjson": "json", ".parque
 LOCAL_FILES_BAR_THRESHOLD = 16  # datasets' DownloadManager draws a per-file bar from this many files
 SCAN_BATCH_ROWS = 10_000  # rows per Arrow batch when scanning sizes and bad characters
 SIZE_COLUMNS = ["doc", "bytes"]  # the columns of text-file rows that counting a split reads (not the text)
+DEDUP_VERSION = 1  # bump when data.dedup removes other documents from the same inputs
 
 
 @dataclass
@@ -69,6 +83,9 @@ class RawCorpus:
     train: RawSplit
     validation: RawSplit
     format: str  # "text", "json", "parquet" or "arrow"
+    # data.dedup: what it removed, {pool: {"documents": before, "exact": n, "near": n}} with pool "corpus"
+    # (before the split), or "validation" and "train" (separate files; train's "copies_of_validation")
+    dedup: dict | None = None
 
 
 @dataclass
@@ -580,15 +597,21 @@ def load_raw_corpus(settings: DataSettings) -> RawCorpus:
     train_paths, validation_paths = source_files(settings)
     fmt = detect_format(train_paths, settings.format)
     loaded = _load(train_paths, fmt, settings, "train")
+    removed = None
     if validation_paths:
         val_fmt = detect_format(validation_paths, settings.format)
         other = _load(validation_paths, val_fmt, settings, "validation")
+        if settings.dedup:  # the validation files stay whole but for their own copies; training loses its copies of them
+            (other, loaded), removed = _deduplicated([other, loaded], [validation_paths, train_paths], fmt, settings)
         train = RawSplit("train", loaded.dataset, loaded.rows, loaded.bytes, loaded.documents)
         validation = RawSplit("validation", other.dataset, other.rows, other.bytes, other.documents)
-    elif settings.split_method(len(train_paths)) == "tail":
-        train, validation = _split_tail(loaded, settings.validation_fraction)
     else:
-        train, validation = _split_random(loaded, settings)
+        if settings.dedup:  # before the split: a document and its copies end up on one side, as one
+            (loaded,), removed = _deduplicated([loaded], [train_paths], fmt, settings)
+        if settings.split_method(len(train_paths)) == "tail":
+            train, validation = _split_tail(loaded, settings.validation_fraction)
+        else:
+            train, validation = _split_random(loaded, settings)
     for split in (train, validation):
         if split.bytes == 0:
             raise DataError(
@@ -596,7 +619,136 @@ def load_raw_corpus(settings: DataSettings) -> RawCorpus:
                 f"{settings.validation_fraction}, split {settings.split_method(len(train_paths))!r}); add text, "
                 "give data.validation_files or set data.validation_split"
             )
-    return RawCorpus(train, validation, fmt)
+    return RawCorpus(train, validation, fmt, removed)
+
+
+def document_batches(dataset, picked: np.ndarray | None = None) -> Iterator[tuple[np.ndarray, list]]:
+    """A split's documents as batches of (keys, texts) for `duplicates.join_documents`.
+
+    Rows of a source of documents are keyed by their position (only the sorted positions `picked`,
+    when given). Rows of text files are keyed by their file (only the files `picked`), and of each
+    file only the rows holding its first PREFIX_CHARS characters are read, found from the rows'
+    sizes: a 10 GB file costs one row. A stream is read through (it cannot skip).
+    """
+    by_document = "doc" in (dataset.column_names or [])
+    rows = _prefix_rows(dataset, picked) if by_document else picked
+    columns = ["doc", "text"] if by_document else ["text"]
+    if rows is not None and isinstance(dataset, datasets.Dataset):
+        dataset, positions = dataset.select(rows), rows
+    else:
+        positions = None
+    start = 0
+    for table in arrow_batches(dataset, columns=columns):
+        texts = table.column("text").to_pylist()
+        if positions is not None:  # the rows selected
+            index = positions[start : start + len(texts)]
+        else:  # every row, or a stream's rows to sift
+            index = np.arange(start, start + len(texts))
+        start += len(texts)
+        keys = _numbers(table, "doc") if by_document else index
+        if positions is None and rows is not None:
+            wanted = np.isin(index, rows)
+            keys, texts = keys[wanted], [text for text, keep in zip(texts, wanted, strict=True) if keep]
+        yield keys, texts
+
+
+def _prefix_rows(dataset, picked: np.ndarray | None) -> np.ndarray:
+    """The rows of text files' rows that hold each file's first PREFIX_CHARS characters (of the
+    files `picked` only, when given), from the `doc` and `chars` columns alone."""
+    rows, doc_seen, before, start = [], -1, 0, 0  # before: characters of the current file in rows before
+    for table in arrow_batches(dataset, columns=["doc", "chars"]):
+        docs, chars = _numbers(table, "doc"), _numbers(table, "chars")
+        wanted = np.isin(docs, picked) if picked is not None else np.ones(len(docs), dtype=bool)
+        for offset, (doc, size, keep) in enumerate(zip(docs.tolist(), chars.tolist(), wanted.tolist(), strict=True)):
+            if doc != doc_seen:
+                doc_seen, before = doc, 0
+            if keep and before < PREFIX_CHARS:
+                rows.append(start + offset)
+            before += size
+        start += len(docs)
+    return np.asarray(rows, dtype=np.int64)
+
+
+def _dedup_key(paths: list[list[Path]], fmt: str, settings: DataSettings) -> str:
+    """What decides which documents data.dedup removes: the sources' bytes, in order (the first
+    source's documents are kept before the next's), how they are read, the comparison."""
+    decisive = {
+        "inputs": [content_fingerprint(p, cache_dir=settings.cache_dir) for p in paths],
+        "format": fmt,
+        "text_field": None if fmt == "text" else settings.text_field,
+        "comparison": [SHINGLE_WORDS, THRESHOLD, NUM_PERM, PREFIX_CHARS, minhash_scheme()],
+        "version": DEDUP_VERSION,
+    }
+    return hashlib.sha256(json.dumps(decisive, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def _dedup_decisions(splits: list[_Loaded], settings: DataSettings) -> dict:
+    """Which documents data.dedup removes from each source list (its keys: rows, or text files), and
+    why: the sources in order through one `DuplicateIndex`, a document removed when it copies one
+    kept before it (in its own source list or an earlier one)."""
+    index = DuplicateIndex()
+    record: dict = {"removed": [], "pools": []}
+    total = sum(loaded.documents for loaded in splits)
+    with tqdm(total=total, desc="data.dedup: comparing documents", unit=" docs", disable=not settings.show_progress) as bar:
+        for number, loaded in enumerate(splits):
+            first_of_this = index.size  # documents of earlier source lists are numbered below this
+            removed, counts = [], {"documents": loaded.documents, "exact": 0, "near": 0}
+            earlier = 0
+            for document in join_documents(document_batches(loaded.dataset)):
+                copy = index.match(document)
+                if copy is not None:
+                    removed.append(document.key)
+                    counts[copy.kind] += 1
+                    earlier += copy.of < first_of_this
+                bar.update(1)
+            if number:  # training documents that copied a validation one
+                counts["copies_of_validation"] = earlier
+            record["removed"].append(removed)
+            record["pools"].append(counts)
+    return record
+
+
+def _kept(*columns_and_indices, removed: np.ndarray) -> list[bool]:
+    """`Dataset.filter` predicate: is each row's document (its `doc` column, or its index) kept?"""
+    return list(~np.isin(np.asarray(columns_and_indices[0], dtype=np.int64), removed))
+
+
+def _deduplicated(
+    splits: list[_Loaded], paths: list[list[Path]], fmt: str, settings: DataSettings
+) -> tuple[list[_Loaded], dict]:
+    """`splits` without the documents data.dedup removes, and what it removed. The decisions are
+    kept under data.cache_dir/dedup/ by the inputs' bytes: comparing every document is the costly
+    part, and a run loads its corpus more than once (the tokenizer, then the blocks)."""
+    cached = Path(settings.cache_dir) / "dedup" / f"{_dedup_key(paths, fmt, settings)}.json"
+    if cached.is_file():
+        record = json.loads(cached.read_text(encoding="utf-8"))
+    else:
+        record = _dedup_decisions(splits, settings)
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_write_file(cached) as handle:
+            json.dump(record, handle)
+    kept = []
+    for loaded, removed in zip(splits, record["removed"], strict=True):
+        if removed:
+            by_document = "doc" in (loaded.dataset.column_names or [])
+            dataset = loaded.dataset.filter(
+                _kept,
+                batched=True,
+                with_indices=True,
+                input_columns=["doc"] if by_document else [],  # never the text
+                fn_kwargs={"removed": np.asarray(removed, dtype=np.int64)},
+                **({} if isinstance(loaded.dataset, datasets.IterableDataset) else {"desc": "data.dedup"}),
+            )
+            rows, size, documents = _count(dataset)
+            loaded = _Loaded(dataset, rows, size, documents)
+        kept.append(loaded)
+    pools = record["pools"]
+    removed_in_all = sum(p["exact"] + p["near"] for p in pools)
+    _say_once(
+        f"data.dedup: removed {plural(removed_in_all, 'document')} of {sum(p['documents'] for p in pools):,} "
+        f"({sum(p['exact'] for p in pools):,} exact, {sum(p['near'] for p in pools):,} near copies)"
+    )
+    return kept, dict(zip(["validation", "train"] if len(pools) == 2 else ["corpus"], pools, strict=True))
 
 
 def iter_texts(split: RawSplit) -> Iterator[str]:

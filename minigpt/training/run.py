@@ -79,6 +79,7 @@ from .checkpoints import (
     find_resume_checkpoint,
     full_disk_is_one_line,
 )
+from .corpus_plan import report_corpus
 from .hardware import cpu_run_settings, resolve_hardware, tf32_matmuls, training_dtype
 from .interrupt import StopController
 from .peak_flops import resolve_peak_flops
@@ -462,6 +463,8 @@ def _announce(
         with atomic_write_file(output_dir / PLAN_FILE) as handle:
             json.dump(start.plan.record(), handle, indent=2)
     print(describe_run(run, model, args, data.description, trainer.peak_flops), flush=True)
+    if data.report is not None:  # the corpus, and the epochs and tokens per parameter this plan makes of it
+        report_corpus(data.report, run, sum(p.numel() for p in model.parameters()), args.world_size)
     if start.base is not None:
         print(
             f"starting from {start.base.name} ({start.base.model_type}): "

@@ -1,0 +1,34 @@
+"""The corpus report with the run's plan: how many epochs and tokens per parameter its steps imply.
+
+The data stage reports the corpus (`minigpt.data.corpus_report`); only training knows the model's
+parameters and the tokens its steps read, so it adds the plan, prints the report at the run's start
+and writes it into the run's folder.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..atomic import atomic_write_file
+from ..data.corpus_report import CorpusReport
+from ..run_layout import CORPUS_REPORT_FILE
+from .settings import RunConfig, effective_batch_size
+
+
+def planned_tokens(run: RunConfig, world_size: int) -> int:
+    """Tokens the run trains on if it reaches training.max_steps: blocks per step x tokens per block x steps."""
+    return effective_batch_size(run.hardware, world_size) * run.data.block_size * run.training.max_steps
+
+
+def report_corpus(report: CorpusReport, run: RunConfig, parameters: int, world_size: int) -> CorpusReport:
+    """`report` with the run's plan, written to <output_dir>/corpus_report.json and printed."""
+    report = report.with_plan(planned_tokens(run, world_size), parameters)
+    with atomic_write_file(Path(run.training.output_dir) / CORPUS_REPORT_FILE) as handle:
+        json.dump(report.to_dict(), handle, indent=2)
+    for line in report.lines():
+        print(line, flush=True)
+    return report
+
+
+__all__ = ["planned_tokens", "report_corpus"]
