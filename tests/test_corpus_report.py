@@ -271,7 +271,7 @@ def test_the_plan_gives_epochs_and_tokens_per_parameter_and_warns_past_four_epoc
     beyond = report_of(1_000_000).with_plan(tokens=9_000_000, parameters=150_000)
     assert beyond.warnings() == [
         "the plan trains 9.00 epochs of the training tokens: past about 4, repeated tokens are worth ever less than "
-        "new ones (Muennighoff et al. 2023); more text or fewer training.max_steps spend the compute better"
+        "new ones (Muennighoff et al. 2023); more text would be worth more than these passes"
     ]
     assert beyond.lines()[-1] == f"warning: {beyond.warnings()[0]}"
 

@@ -109,7 +109,7 @@ class CorpusReport:
             found.append(
                 f"the plan trains {self.plan['epochs']:.2f} epochs of the training tokens: past about "
                 f"{EPOCHS_WORTH_REPEATING}, repeated tokens are worth ever less than new ones (Muennighoff et al. 2023); "
-                "more text or fewer training.max_steps spend the compute better"
+                "more text would be worth more than these passes"
             )
         return found
 
