@@ -11,6 +11,7 @@ from conftest import small_run_overrides, write_small_corpus
 
 from minigpt.errors import ConfigError
 from minigpt.training.sizing import (
+    MIN_STEPS,
     Budget,
     Candidate,
     LossRule,
@@ -48,8 +49,9 @@ def test_the_plan_takes_the_lowest_prediction_and_its_settings():
     # Little compute: the small model's many steps beat the large one's few
     plan = plan_run(Budget(flops=3e12), [small, large], tokens_per_step=1024, corpus_tokens=10**9, rule=rule)
     assert plan.chosen is small and small.steps == int(3e12 / (1.6e6 * 1024))
-    expected = {c.name: rule.predict(c.parameters, c.steps * 1024, 10**9) for c in (small, large)}
-    assert {c.name: c.predicted for c in plan.considered} == pytest.approx(expected)
+    assert large.steps == 31 < MIN_STEPS  # too few steps while the small one has enough: left out
+    assert [c.name for c in plan.considered] == [small.name]
+    assert small.predicted == pytest.approx(rule.predict(small.parameters, small.steps * 1024, 10**9))
     overrides = plan.overrides()
     assert overrides["model"] == {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "hidden_dropout": 0.0}
     assert overrides["training"]["max_steps"] == small.steps and overrides["training"]["budget"] is None
@@ -58,6 +60,8 @@ def test_the_plan_takes_the_lowest_prediction_and_its_settings():
     # Much more compute: the large model wins, and a small corpus repeated brings dropout
     plan = plan_run(Budget(flops=3e16), [small, large], tokens_per_step=1024, corpus_tokens=10**6, rule=rule)
     assert plan.chosen is large and plan.hidden_dropout == 0.1 and plan.epochs > 1
+    expected = {c.name: rule.predict(c.parameters, c.steps * 1024, 10**6) for c in (small, large)}
+    assert {c.name: c.predicted for c in plan.considered} == pytest.approx(expected)
     assert math.isclose(plan.record()["tokens_per_parameter"], large.steps * 1024 / large.parameters)
 
 

@@ -40,6 +40,7 @@ SHAPES: tuple[tuple[int, int], ...] = (
 )
 REFERENCE_WIDTH, REFERENCE_LR = 128, 4.0e-3  # the default run's width and its tuned peak LR
 WARMUP_FRACTION, WARMUP_MAX, WARMUP_MIN = 0.05, 100, 5
+MIN_STEPS = 300  # fewest steps a plan gives its shape while another shape would get more
 REPEAT_DROPOUT = 0.1  # dropout of a plan that repeats its corpus (the default run's, at 9 epochs)
 CHOOSING_SHARE = 0.05  # at most this share of a wall-clock budget goes to measuring step times
 MOST_MEASURED = 5  # shapes measured besides the reference: the likeliest by the FLOP estimate
@@ -239,6 +240,10 @@ def plan_run(
             continue
         c.predicted = rule.predict(c.parameters, c.steps * tokens_per_step, corpus_tokens)
         considered.append(c)
+    # Shapes the budget gives too few steps are out while any other has enough: the rule was
+    # fitted on runs of at least MIN_STEPS, and every sweep run with fewer was far behind.
+    enough = [c for c in considered if c.steps >= MIN_STEPS]
+    considered = enough or considered
     if not considered:
         raise ConfigError(
             f"training.budget={budget.describe()} is too small to train even the smallest model for "
