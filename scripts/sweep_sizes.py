@@ -74,7 +74,7 @@ def corpora(args: argparse.Namespace):
 
 def main() -> None:
     args = parse_args()
-    from minigpt.benchmarks.size_sweep import choice_table, corpus_facts, fit_rule, run_point
+    from minigpt.benchmarks.size_sweep import choice_table, corpus_facts, fit_rule, points_table, run_point
 
     if not args.fit_only:
         args.results.parent.mkdir(parents=True, exist_ok=True)
@@ -95,14 +95,16 @@ def main() -> None:
     points = [json.loads(line) for line in args.results.read_text().splitlines() if line.strip()]
     fit = fit_rule([p for p in points if p["lr_scale"] == 1.0])
     print(json.dumps({k: v for k, v in fit.items() if k != "errors"}, indent=2))
-    print("| corpus | FLOPs | shapes | rule's choice (fitted without this corpus) | grid's best | 4x128 (default) |")
-    print("|---|---:|---:|---|---|---:|")
-    for row in choice_table(points):
-        default = f"{row['default_bpb']:.4f}" if row["default_bpb"] is not None else "-"
-        print(
-            f"| {row['corpus']} | {row['flops']:.3g} | {row['shapes']} | {row['chosen']} {row['chosen_bpb']:.4f} "
-            f"| {row['best']} {row['best_bpb']:.4f} | {default} |"
-        )
+    print(points_table(points, fit))
+    for hold_out in ("corpus", "budget"):
+        print(f"\n| corpus | FLOPs | shapes | rule's choice (fitted without this {hold_out}) | grid's best | 4x128 (default) |")
+        print("|---|---:|---:|---|---|---:|")
+        for row in choice_table(points, hold_out=hold_out):
+            default = f"{row['default_bpb']:.4f}" if row["default_bpb"] is not None else "-"
+            print(
+                f"| {row['corpus']} | {row['flops']:.3g} | {row['shapes']} | {row['chosen']} {row['chosen_bpb']:.4f} "
+                f"| {row['best']} {row['best_bpb']:.4f} | {default} |"
+            )
 
 
 if __name__ == "__main__":

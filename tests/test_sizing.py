@@ -58,9 +58,9 @@ def test_the_plan_takes_the_lowest_prediction_and_its_settings():
     assert overrides["training"]["learning_rate"] == learning_rate(64) == 2 * learning_rate(128)
     assert overrides["training"]["warmup_steps"] == warmup_steps(small.steps) == round(0.05 * small.steps)
     # Much more compute: the large model wins, and a small corpus repeated brings dropout
-    plan = plan_run(Budget(flops=3e16), [small, large], tokens_per_step=1024, corpus_tokens=10**6, rule=rule)
+    plan = plan_run(Budget(flops=3e16), [small, large], tokens_per_step=1024, corpus_tokens=10**7, rule=rule)
     assert plan.chosen is large and plan.hidden_dropout == 0.1 and plan.epochs > 1
-    expected = {c.name: rule.predict(c.parameters, c.steps * 1024, 10**6) for c in (small, large)}
+    expected = {c.name: rule.predict(c.parameters, c.steps * 1024, 10**7) for c in (small, large)}
     assert {c.name: c.predicted for c in plan.considered} == pytest.approx(expected)
     assert math.isclose(plan.record()["tokens_per_parameter"], large.steps * 1024 / large.parameters)
 
@@ -71,6 +71,13 @@ def test_a_wall_clock_plan_divides_the_seconds_left_by_measured_steps():
     unmeasured = Candidate(6, 256, parameters=5_000_000, flops_per_token=3.4e7)
     plan = plan_run(Budget(seconds=60), [measured, unmeasured], 1024, 10**6, rule, seconds_left=50.0)
     assert plan.considered == [measured] and measured.steps == 1000
+
+
+def test_a_model_far_larger_than_its_corpus_is_not_weighed():
+    small = Candidate(2, 64, parameters=200_000, flops_per_token=1.6e6)
+    large = Candidate(8, 384, parameters=15_000_000, flops_per_token=9.4e7)
+    plan = plan_run(Budget(flops=3e16), [small, large], tokens_per_step=1024, corpus_tokens=10**6)
+    assert [c.name for c in plan.considered] == [small.name]  # 15M parameters > 4 x 1M tokens
 
 
 def test_a_budget_too_small_for_any_model_is_one_line():
@@ -107,7 +114,9 @@ def test_a_budgeted_run_writes_its_choice_as_plain_values_and_resumes_with_it(tm
     assert resolved["training"]["max_steps"] == plan["steps"] == result.global_step
     assert (resolved["model"]["num_hidden_layers"], resolved["model"]["hidden_size"]) == (plan["layers"], plan["hidden_size"])
     assert resolved["training"]["learning_rate"] == plan["learning_rate"]
-    assert plan["steps"] > 10 and len(plan["considered"]) >= 2  # (10: the checkpoint resumed below)
+    assert plan["steps"] > 10  # (10: the checkpoint resumed below)
+    # a corpus of a few hundred tokens: only the smallest shape is not far larger than its corpus
+    assert [c["shape"] for c in plan["considered"]] == ["2 x 64"] and plan["shape"] == "2 x 64"
 
     again = tmp_path / "again"
     repeat = {**resolved, "training": {**resolved["training"], "output_dir": str(again)}}

@@ -149,32 +149,41 @@ def shutil_rmtree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def fit_rule(points: list[dict[str, Any]], r_star: float = 15.4) -> dict[str, Any]:
-    """Least squares of eval_bpb = E_corpus + A / N^alpha + B / D'^beta over the points."""
+ALPHA_MAX = 0.6  # a prior: the field's fitted exponents are 0.08-0.34 (Kaplan 2020, Hoffmann 2022)
+
+
+def fit_rule(points: list[dict[str, Any]]) -> dict[str, Any]:
+    """Least squares of eval_bpb = E_corpus + A / N^alpha + B / D'^beta, R* (the repeats' decay) fitted too.
+
+    Only runs of at least `MIN_STEPS` steps, as plans are (`minigpt.training.sizing`): a few dozen
+    steps measure the warmup, not the shape. alpha is bounded by `ALPHA_MAX`: these budgets reach few
+    shapes past their best, so the data alone leave it loose.
+    """
     import numpy as np
     from scipy.optimize import least_squares
 
-    from ..training.sizing import effective_tokens
+    from ..training.sizing import MIN_STEPS, effective_tokens
 
+    points = [p for p in points if p["steps"] >= MIN_STEPS]
     corpora = sorted({p["corpus"] for p in points})
     n = np.array([p["parameters"] for p in points], float)
-    d = np.array([effective_tokens(p["tokens"], p["train_tokens"], r_star) for p in points], float)
     y = np.array([p["eval_bpb"] for p in points], float)
     which = np.array([corpora.index(p["corpus"]) for p in points])
 
     def residuals(x):
-        log_a, alpha, log_b, beta, *floors = x
-        predicted = np.array(floors)[which] + np.exp(log_a) / n**alpha + np.exp(log_b) / d**beta
-        return predicted - y
+        log_a, alpha, log_b, beta, log_r, *floors = x
+        d = np.array([effective_tokens(p["tokens"], p["train_tokens"], math.exp(log_r)) for p in points])
+        return np.array(floors)[which] + np.exp(log_a) / n**alpha + np.exp(log_b) / d**beta - y
 
-    start = [math.log(40.0), 0.3, math.log(100.0), 0.3, *[min(y[which == i]) - 0.3 for i in range(len(corpora))]]
-    bounds = ([-10, 0.02, -10, 0.02, *[0.0] * len(corpora)], [20, 1.5, 20, 1.5, *[10.0] * len(corpora)])
-    fit = least_squares(residuals, start, bounds=bounds)
-    log_a, alpha, log_b, beta, *floors = fit.x
+    start = [math.log(40.0), 0.3, math.log(100.0), 0.3, math.log(15.4), *[1.0] * len(corpora)]
+    lower = [-10, 0.02, -10, 0.02, 0.0, *[0.0] * len(corpora)]
+    upper = [30, ALPHA_MAX, 30, 1.5, math.log(1000.0), *[10.0] * len(corpora)]
+    fit = least_squares(residuals, start, bounds=(lower, upper))
+    log_a, alpha, log_b, beta, log_r, *floors = fit.x
     error = residuals(fit.x)
     return {
-        "a": math.exp(log_a), "alpha": alpha, "b": math.exp(log_b), "beta": beta, "r_star": r_star,
-        "floors": dict(zip(corpora, floors, strict=True)),
+        "a": math.exp(log_a), "alpha": alpha, "b": math.exp(log_b), "beta": beta, "r_star": math.exp(log_r),
+        "floors": dict(zip(corpora, floors, strict=True)), "points": len(points),
         "rms_error": float(np.sqrt(np.mean(error**2))), "max_error": float(np.max(np.abs(error))),
         "errors": {p["key"]: float(e) for p, e in zip(points, error, strict=True)},
     }
@@ -189,19 +198,29 @@ def choose_from_points(fit: dict[str, Any], rows: list[dict[str, Any]]) -> dict[
     return min(rows, key=lambda p: rule.predict(p["parameters"], p["tokens"], p["train_tokens"]))
 
 
-def choice_table(points: list[dict[str, Any]], reference: str = "4x128") -> list[dict[str, Any]]:
-    """For each corpus and budget: the rule's choice when fitted WITHOUT that corpus (held out),
-    the grid's best, and the reference shape's (the default run's model) result at that budget."""
+def choice_table(
+    points: list[dict[str, Any]], reference: str = "4x128", hold_out: str = "corpus"
+) -> list[dict[str, Any]]:
+    """For each corpus and budget: the rule's choice when fitted WITHOUT that corpus (`hold_out`
+    "corpus") or without that budget's points on any corpus ("budget"),
+    the grid's best, and the reference shape's (the default run's model) result at that budget.
+    The rule chooses among the shapes with at least MIN_STEPS steps, as a plan does."""
+    from ..training.sizing import MIN_STEPS
+
     points = [p for p in points if p["lr_scale"] == 1.0]
     table = []
     for corpus in sorted({p["corpus"] for p in points}):
-        others = [p for p in points if p["corpus"] != corpus]
-        if len({p["corpus"] for p in others}) < 1:
-            continue
-        fit = fit_rule(others)
         for flops in sorted({p["flops"] for p in points if p["corpus"] == corpus}):
+            if hold_out == "corpus":
+                others = [p for p in points if p["corpus"] != corpus]
+            else:
+                others = [p for p in points if p["flops"] != flops]
+            if len([p for p in others if p["steps"] >= MIN_STEPS]) < 8:  # too few to fit 5 + corpora constants
+                continue
+            fit = fit_rule(others)
             rows = [p for p in points if p["corpus"] == corpus and p["flops"] == flops]
-            chosen, best = choose_from_points(fit, rows), min(rows, key=lambda p: p["eval_bpb"])
+            eligible = [p for p in rows if p["steps"] >= MIN_STEPS] or rows
+            chosen, best = choose_from_points(fit, eligible), min(rows, key=lambda p: p["eval_bpb"])
             default = next((p for p in rows if f"{p['layers']}x{p['width']}" == reference), None)
             table.append(
                 {
@@ -214,4 +233,27 @@ def choice_table(points: list[dict[str, Any]], reference: str = "4x128") -> list
     return table
 
 
-__all__ = ["SweepCorpus", "choice_table", "choose_from_points", "corpus_facts", "fit_rule", "run_point", "shape_flops_per_token"]
+def points_table(points: list[dict[str, Any]], fit: dict[str, Any] | None = None) -> str:
+    """Markdown: one row per corpus and budget, one column per shape (bits/byte, steps, epochs);
+    with a fit, each cell also shows how far the rule's prediction is (+: the run did worse)."""
+    shapes = sorted({(p["layers"], p["width"]) for p in points})
+    header = "| corpus | FLOPs | " + " | ".join(f"{layers}x{width}" for layers, width in shapes) + " |"
+    lines = [header, "|---|---:|" + "---:|" * len(shapes)]
+    for corpus in sorted({p["corpus"] for p in points}):
+        for flops in sorted({p["flops"] for p in points if p["corpus"] == corpus}):
+            cells = []
+            for layers, width in shapes:
+                point = next(
+                    (p for p in points if (p["corpus"], p["flops"], p["layers"], p["width"]) == (corpus, flops, layers, width)),
+                    None,
+                )
+                if point is None:
+                    cells.append("-")
+                    continue
+                error = f", {fit['errors'][point['key']]:+.3f}" if fit and point["key"] in fit["errors"] else ""
+                cells.append(f"{point['eval_bpb']:.4f} ({point['steps']} st, {point['epochs']:.2f} ep{error})")
+            lines.append(f"| {corpus} | {flops:.3g} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+__all__ = ["SweepCorpus", "points_table", "choice_table", "choose_from_points", "corpus_facts", "fit_rule", "run_point", "shape_flops_per_token"]
