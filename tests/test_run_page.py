@@ -1,5 +1,6 @@
 """The run page (run.html): each part of a run shown from the run folder's files, escaped, bounded,
-written at the end of a real run, and looked at in Chromium (the screenshot is docs/run-page.png).
+written at the end of a real run, and looked at in Chromium (MINIGPT_WRITE_SCREENSHOTS=1 writes its
+screenshot to docs/run-page.png; otherwise it goes to the test's own folder, and the checkout stays as it was).
 
 The run folders here are written by hand (`fake_run`): the numbers are made up, shaped like a
 3,000-step run, so the page has curves worth drawing without minutes of training.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import re
 from pathlib import Path
@@ -302,7 +304,7 @@ def test_a_training_run_ends_with_its_page(tmp_path, capsys):
 def test_the_page_in_chromium_shows_each_part(tmp_path):
     """Opened from file:// in headless Chromium: each section visible, the curves drawn with a size,
     the evaluations and samples legible; nothing requested but the page. The full-page screenshot
-    is docs/run-page.png."""
+    is docs/run-page.png with MINIGPT_WRITE_SCREENSHOTS=1."""
     if reason := browser_missing():
         pytest.skip(reason)
     from playwright.sync_api import expect, sync_playwright
@@ -332,7 +334,9 @@ def test_the_page_in_chromium_shows_each_part(tmp_path):
         expect(page.locator("#corpus .warnings")).to_contain_text("412 validation lines")
         expect(page.locator("#config pre")).to_be_hidden()  # collapsed until asked for
         assert page.evaluate("document.documentElement.scrollWidth") <= 1280  # nothing overflows sideways
-        page.screenshot(path=str(SCREENSHOT), full_page=True)
+        screenshot = SCREENSHOT if os.environ.get("MINIGPT_WRITE_SCREENSHOTS") else tmp_path / SCREENSHOT.name
+        page.screenshot(path=str(screenshot), full_page=True)
+        assert screenshot.stat().st_size > 50_000  # a drawn page, not a blank one
         page.click("#config summary")
         expect(page.locator("#config pre")).to_contain_text("hidden_size: 384")
         browser.close()
