@@ -8,6 +8,8 @@ Corpora, built in --workdir from what is on this machine (nothing downloaded):
   prose        every Markdown, reST and text file of 500 bytes or more under site-packages, as JSON
                lines (package documentation and licences; about 10 MB)
   code         site-packages' Python sources cut to --code-mb (a folder, one document a file)
+  c            the C and C++ headers under /usr/include, read in place (a folder, one document a
+               file; about 130 MB on Debian 12): another language's code, for held-out checks
 Each point trains the default config's model at one shape for the steps a FLOP budget buys
 (minigpt/benchmarks/size_sweep.py), appends its validation bits/byte to --results, and is skipped
 when the file has it already; then the rule of minigpt/training/sizing.py is fitted to all points.
@@ -62,6 +64,8 @@ def corpora(args: argparse.Namespace):
         elif name == "prose":
             path = prose_corpus(args.workdir / "prose.jsonl")
             made[name] = SweepCorpus(name, (f"data.train_files={path}", "data.validation_split=random"))
+        elif name == "c":
+            made[name] = SweepCorpus(name, ("data.train_files=/usr/include", "data.validation_split=random"))
         elif name == "code":
             folder = args.workdir / "code"
             if not folder.exists():
@@ -97,13 +101,18 @@ def main() -> None:
     print(json.dumps({k: v for k, v in fit.items() if k != "errors"}, indent=2))
     print(points_table(points, fit))
     for hold_out in ("corpus", "budget"):
-        print(f"\n| corpus | FLOPs | shapes | rule's choice (fitted without this {hold_out}) | grid's best | 4x128 (default) |")
-        print("|---|---:|---:|---|---|---:|")
+        print(
+            f"\n| corpus | FLOPs | runs (shapes) | rule's choice (fitted without this {hold_out}) | grid's best "
+            "| 4x128 (default) | choice - best | choice - default |"
+        )
+        print("|---|---:|---:|---|---|---:|---:|---:|")
         for row in choice_table(points, hold_out=hold_out):
             default = f"{row['default_bpb']:.4f}" if row["default_bpb"] is not None else "-"
+            versus = f"{row['chosen_bpb'] - row['default_bpb']:+.4f}" if row["default_bpb"] is not None else "-"
             print(
-                f"| {row['corpus']} | {row['flops']:.3g} | {row['shapes']} | {row['chosen']} {row['chosen_bpb']:.4f} "
-                f"| {row['best']} {row['best_bpb']:.4f} | {default} |"
+                f"| {row['corpus']} | {row['flops']:.3g} | {row['grid']} ({row['shapes']}) | {row['chosen']} "
+                f"{row['chosen_bpb']:.4f} | {row['best']} {row['best_bpb']:.4f} | {default} "
+                f"| {row['chosen_bpb'] - row['best_bpb']:+.4f} | {versus} |"
             )
 
 

@@ -202,31 +202,37 @@ def choice_table(
     points: list[dict[str, Any]], reference: str = "4x128", hold_out: str = "corpus"
 ) -> list[dict[str, Any]]:
     """For each corpus and budget: the rule's choice when fitted WITHOUT that corpus (`hold_out`
-    "corpus") or without that budget's points on any corpus ("budget"),
-    the grid's best, and the reference shape's (the default run's model) result at that budget.
-    The rule chooses among the shapes with at least MIN_STEPS steps, as a plan does."""
+    "corpus") or without that budget's points on any corpus ("budget"), the grid's best (every
+    shape and learning rate run there), and the reference shape's (the default run's model, at the
+    rule's learning rate) result at that budget. The rule is fitted on, and chooses among, points at
+    its own learning rate (`lr_scale` 1) with at least MIN_STEPS steps, as a plan does."""
     from ..training.sizing import MIN_STEPS
 
-    points = [p for p in points if p["lr_scale"] == 1.0]
+    at_rule_lr = [p for p in points if p["lr_scale"] == 1.0]
     table = []
     for corpus in sorted({p["corpus"] for p in points}):
         for flops in sorted({p["flops"] for p in points if p["corpus"] == corpus}):
             if hold_out == "corpus":
-                others = [p for p in points if p["corpus"] != corpus]
+                others = [p for p in at_rule_lr if p["corpus"] != corpus]
             else:
-                others = [p for p in points if p["flops"] != flops]
+                others = [p for p in at_rule_lr if p["flops"] != flops]
             if len([p for p in others if p["steps"] >= MIN_STEPS]) < 8:  # too few to fit 5 + corpora constants
                 continue
             fit = fit_rule(others)
-            rows = [p for p in points if p["corpus"] == corpus and p["flops"] == flops]
+            grid = [p for p in points if p["corpus"] == corpus and p["flops"] == flops]
+            rows = [p for p in grid if p["lr_scale"] == 1.0]
+            if not rows:
+                continue
             eligible = [p for p in rows if p["steps"] >= MIN_STEPS] or rows
-            chosen, best = choose_from_points(fit, eligible), min(rows, key=lambda p: p["eval_bpb"])
+            chosen, best = choose_from_points(fit, eligible), min(grid, key=lambda p: p["eval_bpb"])
             default = next((p for p in rows if f"{p['layers']}x{p['width']}" == reference), None)
             table.append(
                 {
-                    "corpus": corpus, "flops": flops, "shapes": len(rows),
+                    "corpus": corpus, "flops": flops, "shapes": len({(p["layers"], p["width"]) for p in grid}),
+                    "grid": len(grid),
                     "chosen": f"{chosen['layers']}x{chosen['width']}", "chosen_bpb": chosen["eval_bpb"],
-                    "best": f"{best['layers']}x{best['width']}", "best_bpb": best["eval_bpb"],
+                    "best": f"{best['layers']}x{best['width']}" + (f" lr x{best['lr_scale']:g}" if best["lr_scale"] != 1.0 else ""),
+                    "best_bpb": best["eval_bpb"],
                     "default_bpb": default["eval_bpb"] if default else None,
                 }
             )

@@ -1,0 +1,97 @@
+"""The size sweep's fit and tables (minigpt/benchmarks/size_sweep.py), on points drawn from a known rule.
+
+The sweep's runs take hours; these check what is done with their results: that the fit finds the
+rule the points came from, that a held-out choice is made by a fit that never saw the held-out
+points, and that the grid's best counts every learning rate while the rule chooses at its own.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from minigpt.benchmarks.size_sweep import choice_table, fit_rule, points_table
+from minigpt.training.sizing import LossRule
+
+TRUE_RULE = LossRule(a=60.0, alpha=0.35, b=900.0, beta=0.45, r_star=3.0)
+FLOORS = {"small": 1.9, "medium": 1.1, "large": 1.4}
+UNIQUE_TOKENS = {"small": 300_000, "medium": 3_000_000, "large": 60_000_000}
+SHAPES = {(2, 64): 120_000, (3, 96): 400_000, (4, 128): 800_000, (4, 192): 1_800_000, (6, 256): 4_700_000}
+BUDGETS = (3e12, 1.2e13, 4.8e13)
+
+
+def synthetic_points(lr_penalty: float = 0.05) -> list[dict]:
+    """One point per corpus, budget and shape at the rule's learning rate (lr_scale 1), exactly on
+    TRUE_RULE; and a point at twice the rate for the 4 x 128 shape that beats the rule's by
+    `lr_penalty` (so the grid's best is a learning rate the rule did not choose)."""
+    points = []
+    for corpus, floor in FLOORS.items():
+        for flops in BUDGETS:
+            for (layers, width), parameters in SHAPES.items():
+                tokens = int(flops / (6 * parameters))
+                bpb = floor + TRUE_RULE.predict(parameters, tokens, UNIQUE_TOKENS[corpus])
+                for scale, shift in ((1.0, 0.0), (2.0, -lr_penalty)):
+                    if scale != 1.0 and (layers, width) != (4, 128):
+                        continue
+                    points.append(
+                        {
+                            "key": f"{corpus}|{flops:.3g}|{layers}x{width}|{scale:g}", "corpus": corpus,
+                            "flops": flops, "layers": layers, "width": width, "lr_scale": scale,
+                            "parameters": parameters, "steps": tokens // 1024, "tokens": tokens,
+                            "train_tokens": UNIQUE_TOKENS[corpus], "epochs": tokens / UNIQUE_TOKENS[corpus],
+                            "eval_bpb": bpb + shift,
+                        }
+                    )
+    return points
+
+
+def test_the_fit_finds_the_rule_the_points_came_from():
+    points = [p for p in synthetic_points() if p["lr_scale"] == 1.0 and p["steps"] >= 300]
+    fit = fit_rule(points)
+    assert fit["rms_error"] < 2e-3 and fit["max_error"] < 1e-2
+    for corpus, floor in FLOORS.items():
+        assert fit["floors"][corpus] == pytest.approx(floor, abs=0.05)
+    # the same ranking of shapes as the true rule's, at a budget it was fitted on
+    fitted = LossRule(fit["a"], fit["alpha"], fit["b"], fit["beta"], fit["r_star"])
+    for unique in UNIQUE_TOKENS.values():
+        ranked = [
+            sorted(SHAPES.items(), key=lambda item: rule.predict(item[1], int(1.2e13 / (6 * item[1])), unique))[0]
+            for rule in (TRUE_RULE, fitted)
+        ]
+        assert ranked[0] == ranked[1]
+
+
+@pytest.mark.parametrize("hold_out", ["corpus", "budget"])
+def test_held_out_choices_match_the_truth_and_the_grid_counts_every_learning_rate(hold_out):
+    points = synthetic_points(lr_penalty=0.05)
+    table = choice_table(points, hold_out=hold_out)
+    assert {(row["corpus"], row["flops"]) for row in table} == {(c, f) for c in FLOORS for f in BUDGETS}
+    for row in table:
+        rows = [p for p in points if p["corpus"] == row["corpus"] and p["flops"] == row["flops"]]
+        truth = min((p for p in rows if p["lr_scale"] == 1.0 and p["steps"] >= 300), key=lambda p: p["eval_bpb"])
+        assert row["chosen"] == f"{truth['layers']}x{truth['width']}"  # the rule's choice, as the truth's
+        assert row["grid"] == len(rows) == len(SHAPES) + 1 and row["shapes"] == len(SHAPES)
+        best = min(rows, key=lambda p: p["eval_bpb"])
+        assert row["best_bpb"] == best["eval_bpb"]
+        assert row["best"].endswith("lr x2") == (best["lr_scale"] == 2.0)
+        default = next(p for p in rows if (p["layers"], p["width"], p["lr_scale"]) == (4, 128, 1.0))
+        assert row["default_bpb"] == default["eval_bpb"]
+
+
+def test_a_fit_that_never_saw_the_held_out_corpus_is_another_fit():
+    """Held out means held out: the corpus's own points change the fit when they are let in."""
+    points = synthetic_points()
+    noisy = [dict(p, eval_bpb=p["eval_bpb"] + (0.2 if p["corpus"] == "small" else 0.0) * (p["parameters"] > 1e6)) for p in points]
+    with_it = fit_rule([p for p in noisy if p["lr_scale"] == 1.0])
+    without = fit_rule([p for p in noisy if p["lr_scale"] == 1.0 and p["corpus"] != "small"])
+    assert without["rms_error"] < 2e-3 < with_it["rms_error"]
+
+
+def test_the_points_table_has_a_cell_per_shape_and_the_fit_error():
+    points = [p for p in synthetic_points() if p["lr_scale"] == 1.0]
+    fit = fit_rule([p for p in points if p["steps"] >= 300])
+    table = points_table(points, fit).splitlines()
+    assert table[0].count("|") == len(SHAPES) + 3 and len(table) == 2 + len(FLOORS) * len(BUDGETS)
+    assert all("st," in line for line in table[2:])
+    assert re.search(r"ep, [+-]0\.00\d\)", table[2])  # on the rule: the fit's error is near nothing
