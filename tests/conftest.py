@@ -154,13 +154,15 @@ def subprocess_env(tmp_path):
 
 
 def child_env(home: Path) -> dict[str, str]:
-    """A child Python's environment: offline, its hub cache under `home`; PYTHONPATH is the checkout
-    under test, not whichever one the editable install points at."""
+    """A child Python's environment: offline, its hub cache under `home`; PYTHONPATH starts with the
+    checkout under test, not whichever one the editable install points at (what PYTHONPATH held
+    before follows it: packages installed with `pip --target`, say)."""
+    path = [str(REPO_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     return dict(
         os.environ,
         HF_HUB_OFFLINE="1",
         TOKENIZERS_PARALLELISM="false",
-        PYTHONPATH=str(REPO_ROOT),
+        PYTHONPATH=os.pathsep.join(path),
         HF_HOME=str(home / "hf_home"),
     )
 

@@ -158,12 +158,22 @@ def test_flash_attention_2_matches_eager_attention():
 # ---- training steps ------------------------------------------------------------------------------
 
 
-def train_steps(model: torch.nn.Module, steps: int, bf16: bool = True, fused: bool = True) -> list[float]:
-    """`steps` AdamW steps on one fixed batch (the loss must fall), as Trainer takes them."""
+def train_steps(
+    model: torch.nn.Module,
+    steps: int,
+    bf16: bool = True,
+    fused: bool = True,
+    optimizer: torch.optim.Optimizer | None = None,
+) -> list[float]:
+    """`steps` AdamW steps on one fixed batch (the loss must fall), as Trainer takes them; with
+    `optimizer`, that one (its states then outlive the call, as Trainer's do)."""
     torch.manual_seed(1)
     config = model.config
     ids = torch.randint(0, config.vocab_size, (8, config.max_position_embeddings), device=CUDA)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, fused=fused, foreach=None if fused else False)
+    if optimizer is None:
+        optimizer = torch.optim.AdamW(
+            model.parameters(), lr=LEARNING_RATE, fused=fused, foreach=None if fused else False
+        )
     losses = []
     for _ in range(steps):
         with torch.autocast(CUDA.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
@@ -188,6 +198,39 @@ def test_bf16_autocast_trains_with_fp32_master_weights_and_follows_fp32():
     assert bf16[-1] < bf16[0] - 1.0  # it learns the batch
     assert bf16[0] == pytest.approx(fp32[0], rel=BF16_TOLERANCE)  # same model, same batch
     assert abs(bf16[-1] - fp32[-1]) < 0.1 * (fp32[0] - fp32[-1])  # the same descent, to a tenth of it
+
+
+def test_a_wall_clock_budget_measures_its_step_times_on_the_gpu(tmp_path, capsys, monkeypatch):
+    """training.budget on a GPU: the shapes' step times are measured on the GPU the run trains on
+    (a CPU's would plan a fraction of the steps the budget buys), choosing takes at most 5% of the
+    budget, and the run ends by the budget."""
+    from minigpt.training import sizing
+    from minigpt.training.run import run_training
+    from minigpt.training.run_config import load_run_config
+
+    measured_on, real_measure = [], sizing.measure_step_seconds
+
+    def measure(model, *args, **kwargs):
+        seconds = real_measure(model, *args, **kwargs)
+        measured_on.append(next(model.parameters()).device.type)
+        return seconds
+
+    monkeypatch.setattr(sizing, "measure_step_seconds", measure)
+    overrides = small_run_overrides(tmp_path / "run", write_small_corpus(tmp_path), "training.budget=2m")
+    overrides += ["hardware.profile=gpu-bf16", "hardware.bf16=true", "hardware.torch_compile=false",
+                  "hardware.torch_num_threads=null"]
+    result = run_training(load_run_config(str(REPO_ROOT / "configs" / "smoke.yaml"), overrides))
+    out = capsys.readouterr().out
+    assert measured_on and set(measured_on) == {"cuda"}, measured_on
+    plan = json.loads((result.output_dir / "plan.json").read_text())
+    with capsys.disabled():
+        print("\n" + "\n".join(line for line in out.splitlines() if line.startswith(("plan", "done:"))))
+    assert "plan for 120 s: " in out and 0 < result.global_step <= plan["steps"]
+    # at most 5% of the budget, the GPU's first steps (its kernels' set-up) included
+    assert plan["choosing_seconds"] <= 0.05 * 120
+    # a tiny model logging every step runs far slower than its measured steps on a GPU (2026-12-04,
+    # H200: 4,434 of 9,837 planned steps in 216 s): the plan's max_time ends it by the budget
+    assert result.runtime_seconds < 120 + 30
 
 
 def test_torch_compile_trains_like_eager():
@@ -300,8 +343,10 @@ def test_memory_estimate_matches_the_cuda_allocator(options, attention):
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
     model = fresh_model(config, attention)
+    # Trainer's optimizer, and so its states, lives through the evaluations between steps
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, fused=True)
     torch.cuda.reset_peak_memory_stats()
-    train_steps(model, 2)  # batch 8 x 512, fused AdamW, bf16 autocast
+    train_steps(model, 2, optimizer=optimizer)  # batch 8 x 512, fused AdamW, bf16 autocast
     training = torch.cuda.max_memory_allocated() - base
     model.eval()
     torch.cuda.reset_peak_memory_stats()
@@ -309,7 +354,7 @@ def test_memory_estimate_matches_the_cuda_allocator(options, attention):
         ids = torch.randint(0, config.vocab_size, (batch, config.max_position_embeddings), device=CUDA)
         model(input_ids=ids, labels=ids)
     evaluation = torch.cuda.max_memory_allocated() - base
-    del model, ids
+    del model, ids, optimizer
     library = torch.cuda.memory_allocated() - base
     estimate = estimate_training_memory(config, batch_size=batch, block_size=config.max_position_embeddings,
                                         precision="bf16", attention=attention, device="cuda",

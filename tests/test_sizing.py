@@ -136,3 +136,24 @@ def test_a_budgeted_run_writes_its_choice_as_plain_values_and_resumes_with_it(tm
     assert "plan for" not in capsys.readouterr().out and resumed.global_step == plan["steps"]
     third = load_file(resumed_dir / "final" / "model.safetensors")
     assert all((first[k] == third[k]).all() for k in first)
+
+
+def test_a_wall_clock_budget_holds_when_the_steps_cost_more_than_measured(tmp_path, capsys, monkeypatch):
+    """The plan's steps come from measured step times; a run whose steps cost far more (here the
+    measurement says 0.1 ms, and the run logs every step) still ends by its budget: the plan sets
+    training.max_time to the seconds left after choosing, and resolved_config.yaml says so."""
+    from minigpt.training import sizing
+    from minigpt.training.run import run_training
+    from minigpt.training.run_config import load_run_config
+
+    monkeypatch.setattr(sizing, "measure_step_seconds", lambda *args, **kwargs: 1e-4)
+    folder = tmp_path / "run"
+    overrides = small_run_overrides(folder, write_small_corpus(tmp_path), "training.budget=6s")
+    result = run_training(load_run_config("configs/smoke.yaml", overrides))
+    assert "plan for 6 s: " in capsys.readouterr().out
+    plan = json.loads((folder / "plan.json").read_text())
+    resolved = yaml.safe_load((folder / "resolved_config.yaml").read_text())
+    assert resolved["training"]["max_time"] == round(plan["max_time"], 1) == pytest.approx(6 - plan["choosing_seconds"], abs=0.1)
+    assert 0 < result.global_step < plan["steps"]  # ended by the budget, not by the steps
+    assert result.runtime_seconds < 6 + 10  # its training time, and the final evaluation and save
+    assert (folder / "final" / "model.safetensors").exists()

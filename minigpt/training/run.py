@@ -274,6 +274,7 @@ def _size_for_budget(start: RunStart, tokenizer: PreTrainedTokenizerBase, data: 
         tokens_per_step=effective_batch_size(run.hardware, args.world_size) * run.data.block_size,
         accumulation=run.hardware.gradient_accumulation_steps,
         dtype=training_dtype(run.hardware),
+        device=args.device,  # the step times of the device the run trains on
     )
     if args.world_size > 1:
         chosen = [plan]

@@ -8,6 +8,8 @@ the run choose, once the corpus is tokenized:
   lr        `REFERENCE_LR` scaled by width (Adam's hidden-layer LR ~ 1/width, muP: Yang et al. 2022)
   warmup    5% of the steps, at most `WARMUP_MAX`
   dropout   0.1 once the plan repeats the corpus (more than one epoch), else none
+  max_time  a wall-clock budget's seconds left after choosing: the run ends by the budget even
+            where its steps cost more than measured (its own evaluations, checkpoints, samples)
 The shape is the one whose predicted bits per byte is lowest under `LossRule`: Chinchilla's form
 (Hoffmann et al. 2022) L = E + A / N^alpha + B / D'^beta over matmul parameters N and tokens D,
 with D' the data-constrained "effective" tokens of Muennighoff et al. 2023 ("Scaling
@@ -17,7 +19,8 @@ every shape alike (it is the corpus's own entropy); A, alpha, B, beta come from 
 `scripts/sweep_sizes.py` (docs/research-log.md).
 
 The choice is written into the run's config as plain values (`training.budget` null), so
-resolved_config.yaml repeats the run exactly without choosing again.
+resolved_config.yaml repeats the run exactly without choosing again (on a slower machine, its
+`training.max_time` would end it early: remove that to train every step).
 """
 
 from __future__ import annotations
@@ -113,10 +116,11 @@ class LossRule:
         return self.a / parameters**self.alpha + self.b / max(d, 1.0) ** self.beta
 
 
-# The fit of the 2026-12-04 sweeps (scripts/sweep_sizes.py: three corpora, 1.1-200 MB, budgets
-# 3e12-2.4e13 FLOPs; docs/research-log.md), refitted when they are. R* came out far below
-# Muennighoff et al.'s 15.4: on these small corpora a repeat is worth less than on theirs.
-FITTED_RULE = LossRule(a=308.5, alpha=0.6, b=1595.2, beta=0.586, r_star=2.21)
+# The fit of the 2026-12-04 sweeps (scripts/sweep_sizes.py --fit-only: 31 runs of 300+ steps on
+# three corpora, 1.1-200 MB, budgets 3e12-2.4e13 FLOPs; held out: C headers at 4.8e13;
+# docs/research-log.md), refitted when they are. R* came out far below Muennighoff et al.'s 15.4:
+# on these small corpora a repeat is worth less than on theirs.
+FITTED_RULE = LossRule(a=325.65, alpha=0.6, b=285.32, beta=0.4318, r_star=2.135)
 
 
 @dataclass
@@ -147,6 +151,10 @@ class Plan:
     hidden_dropout: float
     considered: list[Candidate]
     choosing_seconds: float = 0.0
+    # A wall-clock budget's seconds after choosing: the run's training.max_time, so the run ends by
+    # the budget even where its steps run slower than measured (evaluations, checkpoints and samples
+    # more often than OVERHEAD_SHARE allows for, say). None for a FLOP budget.
+    max_time: float | None = None
 
     @property
     def tokens(self) -> int:
@@ -172,6 +180,7 @@ class Plan:
                 "min_learning_rate": self.learning_rate / 10,
                 "warmup_steps": self.warmup_steps,
                 "budget": None,
+                **({"max_time": round(self.max_time, 1)} if self.max_time is not None else {}),
             },
         }
 
@@ -209,6 +218,7 @@ class Plan:
             "hidden_dropout": self.hidden_dropout,
             "predicted_excess_bpb": c.predicted,
             "choosing_seconds": self.choosing_seconds,
+            "max_time": self.max_time,
             "considered": [
                 {"shape": x.name, "parameters": x.parameters, "steps": x.steps, "step_seconds": x.step_seconds,
                  "predicted_excess_bpb": x.predicted}
@@ -273,7 +283,7 @@ def plan_run(
 
 PLAN_KEYS = {
     "model": ("num_hidden_layers", "hidden_size", "num_attention_heads", "hidden_dropout"),
-    "training": ("max_steps", "learning_rate", "min_learning_rate", "warmup_steps", "budget"),
+    "training": ("max_steps", "learning_rate", "min_learning_rate", "warmup_steps", "budget", "max_time"),
 }
 
 
@@ -293,12 +303,14 @@ def size_run(
     accumulation: int,
     dtype,
     rule: LossRule = FITTED_RULE,
+    device: str | Any = "cpu",
 ) -> Plan:
     """Choose the plan for `run.training.budget` (see the module's docstring).
 
     `config_for(layers, width)` is the model config of the run at that shape. A wall-clock budget
-    measures step times on this machine, most promising shapes first (by a FLOP estimate from the
-    first measurement), until `CHOOSING_SHARE` of the budget is spent; a FLOP budget measures nothing.
+    measures step times on `device` (the one the run trains on), most promising shapes first (by a
+    FLOP estimate from the first measurement), until `CHOOSING_SHARE` of the budget is spent; a FLOP
+    budget measures nothing.
     """
     import torch
 
@@ -327,7 +339,9 @@ def size_run(
         while order:
             c = order.pop(0)
             model = MiniGPTForCausalLM(config_for(c.layers, c.width))
-            c.step_seconds = accumulation * measure_step_seconds(model, batch, block_size, dtype, warmup_s, timed_s)
+            c.step_seconds = accumulation * measure_step_seconds(
+                model, batch, block_size, dtype, warmup_s, timed_s, device=device
+            )
             del model
             if c is reference:  # its FLOP/s estimate every other shape's step, to order them
                 rate = c.flops_per_token * tokens_per_step / c.step_seconds
@@ -348,13 +362,24 @@ def size_run(
         seconds_left = (budget.seconds - (time.perf_counter() - started)) * (1 - OVERHEAD_SHARE)
     plan = plan_run(budget, candidates, tokens_per_step, corpus_tokens, rule, seconds_left)
     plan.choosing_seconds = time.perf_counter() - started
+    if budget.seconds is not None:  # the budget holds, whatever the steps turn out to cost
+        left = budget.seconds - plan.choosing_seconds
+        user_limit = run.training.max_time
+        plan.max_time = min(left, user_limit) if user_limit is not None else left
     return plan
 
 
 def measure_step_seconds(
-    model, batch_size: int, block_size: int, dtype, warmup_s: float = 0.3, timed_s: float = 0.6
+    model,
+    batch_size: int,
+    block_size: int,
+    dtype,
+    warmup_s: float = 0.3,
+    timed_s: float = 0.6,
+    device: str | Any = "cpu",
 ) -> float:
-    """Median seconds of a training step (forward, backward, AdamW) of `model` on random blocks.
+    """Median seconds of a training step (forward, backward, AdamW) of `model` on random blocks, on
+    `device` (a GPU's steps are timed to their end: each step waits for its kernels).
 
     Warm-up steps (at least 2, for `warmup_s`) first: a small model's first steps are several times
     slower (allocations, kernel choices). Then steps for `timed_s` (at least 3). The Trainer's step
@@ -363,18 +388,22 @@ def measure_step_seconds(
     """
     import torch
 
-    ids = torch.randint(0, model.config.vocab_size, (batch_size, block_size))  # (B, T)
+    device = torch.device(device)
+    model.to(device)
+    ids = torch.randint(0, model.config.vocab_size, (batch_size, block_size), device=device)  # (B, T)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    synchronize = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     model.train()
 
     def step() -> float:
         started = time.perf_counter()
-        with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
             loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        synchronize()
         return time.perf_counter() - started
 
     spent, count = 0.0, 0
