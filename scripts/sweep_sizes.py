@@ -37,6 +37,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--lr-scales", type=float, nargs="+", default=[1.0], help="x the rule's learning rate")
     parser.add_argument("--code-mb", type=float, default=200.0)
     parser.add_argument("--fit-only", action="store_true", help="only fit the rule to --results")
+    parser.add_argument(
+        "--fit-corpora", nargs="+", default=["shakespeare", "prose", "code"],
+        help="the corpora the printed fit (sizing.FITTED_RULE's) is made on; the others are held out",
+    )
     return parser.parse_args()
 
 
@@ -97,7 +101,7 @@ def main() -> None:
                                 flush=True,
                             )
     points = [json.loads(line) for line in args.results.read_text().splitlines() if line.strip()]
-    fit = fit_rule([p for p in points if p["lr_scale"] == 1.0])
+    fit = fit_rule([p for p in points if p["lr_scale"] == 1.0 and p["corpus"] in args.fit_corpora])
     print(json.dumps({k: v for k, v in fit.items() if k != "errors"}, indent=2))
     print(points_table(points, fit))
     for hold_out in ("corpus", "budget"):

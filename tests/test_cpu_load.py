@@ -66,3 +66,17 @@ def test_the_train_script_waits_passively_on_a_busy_machine_with_torchs_thread_c
         result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert f"threads {len(os.sched_getaffinity(0))}, OMP_WAIT_POLICY=PASSIVE" in result.stdout
+
+
+def test_a_bad_data_file_on_a_busy_machine_is_still_one_line_and_exit_2(subprocess_env, tmp_path):
+    """On busy cores the run's start says nothing of them before an error: the error is its one line."""
+    from conftest import REPO_ROOT, small_run_overrides
+
+    missing = tmp_path / "missing.txt"
+    overrides = small_run_overrides(tmp_path / "run", missing, "hardware.torch_num_threads=null")
+    env = {k: v for k, v in subprocess_env.items() if k != "OMP_WAIT_POLICY"}
+    command = [sys.executable, str(REPO_ROOT / "scripts" / "train.py"), "configs/smoke.yaml", *overrides]
+    with busy_cores(len(os.sched_getaffinity(0))):
+        result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines() == [f"error: train path {missing} does not exist"]
