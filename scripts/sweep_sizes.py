@@ -36,6 +36,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--shapes", nargs="+", default=SHAPES, help="LAYERSxWIDTH")
     parser.add_argument("--lr-scales", type=float, nargs="+", default=[1.0], help="x the rule's learning rate")
     parser.add_argument("--code-mb", type=float, default=200.0)
+    parser.add_argument("--seed", type=int, default=1337, help="training.seed; another than 1337 repeats points (kept out of the fit)")
     parser.add_argument("--fit-only", action="store_true", help="only fit the rule to --results")
     parser.add_argument(
         "--fit-corpora", nargs="+", default=["shakespeare", "prose", "code"],
@@ -82,7 +83,14 @@ def corpora(args: argparse.Namespace):
 
 def main() -> None:
     args = parse_args()
-    from minigpt.benchmarks.size_sweep import choice_table, corpus_facts, fit_rule, points_table, run_point
+    from minigpt.benchmarks.size_sweep import (
+        SWEEP_SEED,
+        choice_table,
+        corpus_facts,
+        fit_rule,
+        points_table,
+        run_point,
+    )
 
     if not args.fit_only:
         args.results.parent.mkdir(parents=True, exist_ok=True)
@@ -93,14 +101,21 @@ def main() -> None:
                 for shape in args.shapes:
                     layers, width = map(int, shape.split("x"))
                     for scale in args.lr_scales:
-                        point = run_point(corpus, facts, layers, width, flops, scale, args.workdir, args.results)
+                        point = run_point(
+                            corpus, facts, layers, width, flops, scale, args.workdir, args.results, seed=args.seed
+                        )
                         if point:
                             print(
                                 f"  {point['key']}: {point['steps']} steps, {point['epochs']:.2f} epochs, "
                                 f"bits/byte {point['eval_bpb']:.4f} ({point['wall_s']:.0f} s)",
                                 flush=True,
                             )
-    points = [json.loads(line) for line in args.results.read_text().splitlines() if line.strip()]
+    every = [json.loads(line) for line in args.results.read_text().splitlines() if line.strip()]
+    points = [p for p in every if p.get("seed", SWEEP_SEED) == SWEEP_SEED]
+    for repeat in (p for p in every if p.get("seed", SWEEP_SEED) != SWEEP_SEED):
+        first = next((p for p in points if p["key"] == repeat["key"].rsplit("|s", 1)[0]), None)
+        if first is not None:
+            print(f"{first['key']}: bits/byte {first['eval_bpb']:.4f} (seed {SWEEP_SEED}), {repeat['eval_bpb']:.4f} (seed {repeat['seed']})")
     fit = fit_rule([p for p in points if p["lr_scale"] == 1.0 and p["corpus"] in args.fit_corpora])
     print(json.dumps({k: v for k, v in fit.items() if k != "errors"}, indent=2))
     print(points_table(points, fit))

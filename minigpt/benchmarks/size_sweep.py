@@ -24,6 +24,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 TRAIN_SCRIPT = REPO_ROOT / "scripts" / "train.py"
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "shakespeare.yaml"
 SWEEP_EVAL_TOKENS = 131_072  # each point's final evaluation: the same seeded sample for every shape
+SWEEP_SEED = 1337  # the default config's training.seed: the points the fit and the tables take
 
 
 @dataclass(frozen=True)
@@ -105,12 +106,13 @@ def done_keys(results: Path) -> set[str]:
 
 def run_point(
     corpus: SweepCorpus, facts: dict[str, int], layers: int, width: int, flops: float, lr_scale: float,
-    workdir: Path, results: Path, tokens_per_step: int = 1024, block_size: int = 128,
+    workdir: Path, results: Path, tokens_per_step: int = 1024, block_size: int = 128, seed: int = SWEEP_SEED,
 ) -> dict[str, Any] | None:
-    """One shape at one budget: trains it and appends its result; None when done before."""
+    """One shape at one budget: trains it and appends its result; None when done before. Another
+    `seed` than SWEEP_SEED repeats a point to measure its spread (keyed apart, left out of the fit)."""
     from ..training.sizing import REPEAT_DROPOUT, learning_rate
 
-    key = f"{corpus.name}|{flops:.3g}|{layers}x{width}|{lr_scale:g}"
+    key = f"{corpus.name}|{flops:.3g}|{layers}x{width}|{lr_scale:g}" + (f"|s{seed}" if seed != SWEEP_SEED else "")
     if key in done_keys(results):
         return None
     parameters, per_token = shape_flops_per_token(layers, width, facts["vocab"], block_size)
@@ -124,6 +126,7 @@ def run_point(
     command = [
         sys.executable, str(TRAIN_SCRIPT), str(DEFAULT_CONFIG), *common_overrides(corpus, workdir),
         *point_overrides(layers, width, steps, lr, dropout, out),
+        f"training.seed={seed}",
     ]
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT)
@@ -132,7 +135,7 @@ def run_point(
     summary = json.loads((out / "summary.json").read_text())
     record = {
         "key": key, "corpus": corpus.name, "flops": flops, "layers": layers, "width": width,
-        "lr_scale": lr_scale, "learning_rate": lr, "dropout": dropout, "parameters": parameters,
+        "lr_scale": lr_scale, "learning_rate": lr, "dropout": dropout, "parameters": parameters, "seed": seed,
         "steps": steps, "tokens": tokens, "train_tokens": facts["train_tokens"],
         "epochs": tokens / facts["train_tokens"], "eval_bpb": summary["eval_bpb"],
         "wall_s": time.perf_counter() - started,  # informational: the budget is FLOPs
@@ -262,4 +265,4 @@ def points_table(points: list[dict[str, Any]], fit: dict[str, Any] | None = None
     return "\n".join(lines)
 
 
-__all__ = ["SweepCorpus", "points_table", "choice_table", "choose_from_points", "corpus_facts", "fit_rule", "run_point", "shape_flops_per_token"]
+__all__ = ["SWEEP_SEED", "SweepCorpus", "points_table", "choice_table", "choose_from_points", "corpus_facts", "fit_rule", "run_point", "shape_flops_per_token"]
