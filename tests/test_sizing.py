@@ -73,6 +73,17 @@ def test_a_wall_clock_plan_divides_the_seconds_left_by_measured_steps():
     assert plan.considered == [measured] and measured.steps == 1000
 
 
+def test_a_wall_clock_plan_leaves_time_for_its_evaluations():
+    """An evaluation every 100 steps costing 5 s (and one at the end): 50 s leave 45 s for steps
+    of 0.05 s plus 0.05 s of evaluation each, 450 steps; a FLOP plan's steps do not change."""
+    rule = LossRule(a=10.0, alpha=0.3, b=100.0, beta=0.3)
+    measured = Candidate(4, 128, 1_000_000, 7e6, step_seconds=0.05, evaluation_seconds=5.0)
+    plan_run(Budget(seconds=60), [measured], 1024, 10**6, rule, seconds_left=50.0, eval_steps=100)
+    assert measured.steps == 450
+    plan_run(Budget(flops=7e6 * 1024 * 1000), [measured], 1024, 10**6, rule, eval_steps=100)
+    assert measured.steps == 1000
+
+
 def test_a_model_far_larger_than_its_corpus_is_not_weighed():
     small = Candidate(2, 64, parameters=200_000, flops_per_token=1.6e6)
     large = Candidate(8, 384, parameters=15_000_000, flops_per_token=9.4e7)

@@ -275,6 +275,7 @@ def _size_for_budget(start: RunStart, tokenizer: PreTrainedTokenizerBase, data: 
         accumulation=run.hardware.gradient_accumulation_steps,
         dtype=training_dtype(run.hardware),
         device=args.device,  # the step times of the device the run trains on
+        eval_tokens=len(data.evaluation.blocks) * run.data.block_size,  # what each evaluation reads
     )
     if args.world_size > 1:
         chosen = [plan]

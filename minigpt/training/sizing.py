@@ -3,8 +3,9 @@
 `training.budget` ("30m", "2h", "900s": wall clock on this machine; "3e13 flops": compute) makes
 the run choose, once the corpus is tokenized:
   shape     depth x width from `SHAPES` (head size 32, the gated MLP's width from the model table)
-  steps     the budget's FLOPs, or the seconds left after choosing at each shape's measured step
-            time, over the FLOPs of a step (`flops_per_token`, PaLM's 6N + 12LCT)
+  steps     the budget's FLOPs over the FLOPs of a step (`flops_per_token`, PaLM's 6N + 12LCT),
+            or the seconds left after choosing over each shape's measured step time and its
+            share of the evaluations (one every training.eval_steps, EVALUATION_SHARE)
   lr        `REFERENCE_LR` scaled by width (Adam's hidden-layer LR ~ 1/width, muP: Yang et al. 2022)
   warmup    5% of the steps, at most `WARMUP_MAX`
   dropout   0.1 once the plan repeats the corpus (more than one epoch), else none
@@ -48,7 +49,13 @@ MAX_PARAMETERS_PER_TOKEN = 4  # largest model a plan weighs: matmul parameters p
 REPEAT_DROPOUT = 0.1  # dropout of a plan that repeats its corpus (the default run's, at 9 epochs)
 CHOOSING_SHARE = 0.05  # at most this share of a wall-clock budget goes to measuring step times
 MOST_MEASURED = 5  # shapes measured besides the reference: the likeliest by the FLOP estimate
-OVERHEAD_SHARE = 0.08  # of the rest, kept for evaluations, checkpoints and samples between steps
+OVERHEAD_SHARE = 0.08  # of the rest, kept for checkpoints, samples and logging between steps
+# An evaluation token's cost against a training token's: each evaluation is charged eval tokens /
+# tokens a step x this x a step. Its FLOPs are a third (2N of 6N), but Trainer's evaluation loop
+# and the bits-per-byte sums cost as much again, and a small model's head and softmax dominate
+# both: measured 0.9 for a 2 x 64 model on a 2-core Zen 4 (0.5 for the forward alone). The larger
+# share plans fewer steps for larger models, which then finish early rather than be cut undecayed.
+EVALUATION_SHARE = 1.0
 BUDGET_PATTERN = re.compile(r"^\s*([0-9.]+(?:e[+-]?[0-9]+)?)\s*(s|m|min|h|flops)?\s*$", re.IGNORECASE)
 UNIT_SECONDS = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 
@@ -130,6 +137,7 @@ class Candidate:
     parameters: int  # matmul parameters (N of the rule)
     flops_per_token: float
     step_seconds: float | None = None  # measured on this machine (wall-clock budgets)
+    evaluation_seconds: float = 0.0  # one evaluation's, estimated from the step (EVALUATION_SHARE)
     steps: int = 0
     predicted: float = math.inf
 
@@ -221,7 +229,7 @@ class Plan:
             "max_time": self.max_time,
             "considered": [
                 {"shape": x.name, "parameters": x.parameters, "steps": x.steps, "step_seconds": x.step_seconds,
-                 "predicted_excess_bpb": x.predicted}
+                 "evaluation_seconds": x.evaluation_seconds, "predicted_excess_bpb": x.predicted}
                 for x in self.considered
             ],
         }
@@ -234,19 +242,23 @@ def plan_run(
     corpus_tokens: int,
     rule: LossRule = FITTED_RULE,
     seconds_left: float | None = None,
+    eval_steps: int | None = None,
 ) -> Plan:
     """The candidate with the lowest predicted bits/byte at `budget`, and its settings.
 
     A FLOP budget gives each candidate budget / (FLOPs per token x tokens per step) steps; a
     wall-clock one `seconds_left` (the budget less what choosing took) over its measured step
-    time. Candidates without a measured step time are left out of a wall-clock plan.
+    time plus its evaluations' share (one every `eval_steps`, and one at the end). Candidates
+    without a measured step time are left out of a wall-clock plan.
     """
     considered = []
     for c in candidates:
         if budget.flops is not None:
             c.steps = int(budget.flops / (c.flops_per_token * tokens_per_step))
         elif c.step_seconds:
-            c.steps = int((seconds_left if seconds_left is not None else budget.seconds) / c.step_seconds)
+            seconds = (seconds_left if seconds_left is not None else budget.seconds) - c.evaluation_seconds
+            per_step = c.step_seconds + (c.evaluation_seconds / eval_steps if eval_steps else 0.0)
+            c.steps = max(int(seconds / per_step), 0)
         else:
             continue
         if c.steps < 2 * WARMUP_MIN:  # too few steps to warm up and decay: not a plan
@@ -304,13 +316,15 @@ def size_run(
     dtype,
     rule: LossRule = FITTED_RULE,
     device: str | Any = "cpu",
+    eval_tokens: int = 0,
 ) -> Plan:
     """Choose the plan for `run.training.budget` (see the module's docstring).
 
     `config_for(layers, width)` is the model config of the run at that shape. A wall-clock budget
     measures step times on `device` (the one the run trains on), most promising shapes first (by a
     FLOP estimate from the first measurement), until `CHOOSING_SHARE` of the budget is spent; a FLOP
-    budget measures nothing.
+    budget measures nothing. `eval_tokens` is what one evaluation reads: a wall-clock plan leaves
+    time for an evaluation every `training.eval_steps` (EVALUATION_SHARE).
     """
     import torch
 
@@ -342,6 +356,7 @@ def size_run(
             c.step_seconds = accumulation * measure_step_seconds(
                 model, batch, block_size, dtype, warmup_s, timed_s, device=device
             )
+            c.evaluation_seconds = c.step_seconds * EVALUATION_SHARE * eval_tokens / tokens_per_step
             del model
             if c is reference:  # its FLOP/s estimate every other shape's step, to order them
                 rate = c.flops_per_token * tokens_per_step / c.step_seconds
@@ -360,7 +375,7 @@ def size_run(
             c.steps, c.predicted = 0, math.inf  # estimates only ordered them: plan on measured ones
         # evaluations, checkpoints and samples take their share of a wall-clock budget too
         seconds_left = (budget.seconds - (time.perf_counter() - started)) * (1 - OVERHEAD_SHARE)
-    plan = plan_run(budget, candidates, tokens_per_step, corpus_tokens, rule, seconds_left)
+    plan = plan_run(budget, candidates, tokens_per_step, corpus_tokens, rule, seconds_left, run.training.eval_steps)
     plan.choosing_seconds = time.perf_counter() - started
     if budget.seconds is not None:  # the budget holds, whatever the steps turn out to cost
         left = budget.seconds - plan.choosing_seconds
