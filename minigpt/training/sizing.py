@@ -202,7 +202,7 @@ class Plan:
         return [
             f"plan for {self.budget}: {c.name} model ({c.width // HEAD_SIZE} heads), {c.parameters / 1e6:.2f}M "
             f"matmul parameters, {c.steps:,} steps of {self.tokens_per_step:,} tokens",
-            f"plan: {self.tokens / 1e6:.2f}M tokens = {self.epochs:.1f} epochs of {self.corpus_tokens / 1e6:.2f}M, "
+            f"plan: {self.tokens / 1e6:.2f}M tokens = {self.epochs:.2f} epochs of {self.corpus_tokens / 1e6:.2f}M, "
             f"{self.tokens / c.parameters:.1f} tokens per parameter; lr {self.learning_rate:.2e}, warmup "
             f"{self.warmup_steps}, dropout {self.hidden_dropout:g}",
             f"plan: {why}; choosing took {self.choosing_seconds:.1f} s",
