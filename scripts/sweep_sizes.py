@@ -90,6 +90,7 @@ def main() -> None:
         fit_rule,
         points_table,
         run_point,
+        split_seeds,
     )
 
     if not args.fit_only:
@@ -111,11 +112,9 @@ def main() -> None:
                                 flush=True,
                             )
     every = [json.loads(line) for line in args.results.read_text().splitlines() if line.strip()]
-    points = [p for p in every if p.get("seed", SWEEP_SEED) == SWEEP_SEED]
-    for repeat in (p for p in every if p.get("seed", SWEEP_SEED) != SWEEP_SEED):
-        first = next((p for p in points if p["key"] == repeat["key"].rsplit("|s", 1)[0]), None)
-        if first is not None:
-            print(f"{first['key']}: bits/byte {first['eval_bpb']:.4f} (seed {SWEEP_SEED}), {repeat['eval_bpb']:.4f} (seed {repeat['seed']})")
+    points, repeats = split_seeds(every)
+    for first, repeat in repeats:
+        print(f"{first['key']}: bits/byte {first['eval_bpb']:.4f} (seed {SWEEP_SEED}), {repeat['eval_bpb']:.4f} (seed {repeat['seed']})")
     fit = fit_rule([p for p in points if p["lr_scale"] == 1.0 and p["corpus"] in args.fit_corpora])
     print(json.dumps({k: v for k, v in fit.items() if k != "errors"}, indent=2))
     print(points_table(points, fit))

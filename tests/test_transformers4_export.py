@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import BLOCK_MINIGPT, build_tiny_tokenizer, tiny_model
+from conftest import BLOCK_MINIGPT, build_tiny_tokenizer, child_env, tiny_model
 from test_export import CASES, TOLERANCE, randomise, text_batch
 
 from minigpt.cache_dir import user_cache_dir
@@ -46,10 +46,10 @@ def side_env_python(folder: Path) -> Path:
 
 
 def side_env_child_env(home: Path) -> dict[str, str]:
-    """A child's environment: offline, its hub cache under `home`, no PYTHONPATH (which would come
-    before the side environment's own site-packages)."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", HF_HOME=str(home / "hf_home"))
-    env.pop("PYTHONPATH", None)
+    """The tests' child environment without PYTHONPATH, which would come before the side
+    environment's own site-packages (the child imports no minigpt)."""
+    env = child_env(home)
+    env.pop("PYTHONPATH")
     return env
 
 

@@ -152,6 +152,22 @@ def shutil_rmtree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
+def split_seeds(points: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], dict[str, Any]]]]:
+    """The points at SWEEP_SEED (what the fit and the tables take), and each repeat at another seed
+    paired with its SWEEP_SEED point (same corpus, budget, shape and learning rate)."""
+    def where(p: dict[str, Any]) -> tuple:
+        return p["corpus"], p["flops"], p["layers"], p["width"], p["lr_scale"]
+
+    first = [p for p in points if p.get("seed", SWEEP_SEED) == SWEEP_SEED]
+    by_place = {where(p): p for p in first}
+    repeats = [
+        (by_place[where(p)], p)
+        for p in points
+        if p.get("seed", SWEEP_SEED) != SWEEP_SEED and where(p) in by_place
+    ]
+    return first, repeats
+
+
 ALPHA_MAX = 0.6  # a prior: the field's fitted exponents are 0.08-0.34 (Kaplan 2020, Hoffmann 2022)
 
 
@@ -265,4 +281,4 @@ def points_table(points: list[dict[str, Any]], fit: dict[str, Any] | None = None
     return "\n".join(lines)
 
 
-__all__ = ["SWEEP_SEED", "SweepCorpus", "points_table", "choice_table", "choose_from_points", "corpus_facts", "fit_rule", "run_point", "shape_flops_per_token"]
+__all__ = ["SWEEP_SEED", "SweepCorpus", "points_table", "choice_table", "choose_from_points", "corpus_facts", "fit_rule", "run_point", "shape_flops_per_token", "split_seeds"]
