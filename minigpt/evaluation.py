@@ -26,7 +26,7 @@ bytes / ln 2, over all documents), with its `byte_perplexity` (2 ** bits per byt
 the documents; reported only then, when every token of the text is scored). `loss` is the mean
 over the predictions scored, `perplexity` its exp. `eval_tokens` scores a fixed, seeded sample of
 `eval_tokens // window` windows instead, as `training.eval_tokens` does with blocks (packed, on
-training's split, with training's seed: the same blocks training evaluates).
+training's split, with its data.seed: the same blocks training evaluates).
 """
 
 from __future__ import annotations
@@ -338,8 +338,8 @@ def evaluate_model(
     """Evaluate the model at `location` (minigpt.hub.loading) on `data` files or its run's `split`.
 
     Defaults come from the resolved training config beside the model: window = the model's context
-    (packed: data.block_size), batch size = hardware.per_device_eval_batch_size, seed =
-    training.seed; without one, the model's context, 8 and 0.
+    (packed: data.block_size), batch size = hardware.per_device_eval_batch_size, seed = data.seed
+    (what draws training's evaluation sample); without one, the model's context, 8 and 0.
     """
     from accelerate import PartialState
 
@@ -358,7 +358,7 @@ def evaluate_model(
     if window > context:
         raise ConfigError(f"window {window} exceeds the model's context ({context})")
     batch_size = batch_size or (run_config.get("hardware") or {}).get("per_device_eval_batch_size") or 8
-    seed = seed if seed is not None else (run_config.get("training") or {}).get("seed", 0)
+    seed = seed if seed is not None else (run_config.get("data") or {}).get("seed", 0)
     with tempfile.TemporaryDirectory(prefix="minigpt-eval-") as scratch:
         # datasets' Arrow copy of the text goes to a scratch folder, not into the current one.
         raw = load_split(data, split, run_config, cache_dir or scratch)

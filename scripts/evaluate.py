@@ -60,7 +60,7 @@ def parse_args() -> argparse.Namespace:
         default=None,
         help="score a fixed sample of EVAL_TOKENS // window windows (default: all), as training.eval_tokens",
     )
-    parser.add_argument("--seed", type=int, default=None, help="the sample's seed (default: training.seed, else 0)")
+    parser.add_argument("--seed", type=int, default=None, help="the sample's seed (default: the run's data.seed, else 0)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     return parser.parse_args()
 

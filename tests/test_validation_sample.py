@@ -79,10 +79,13 @@ def test_a_split_larger_than_the_budget_is_evaluated_on_the_same_sample_each_tim
     tmp_path, monkeypatch, capsys
 ):
     (first, second), run, evaluations = evaluated_rows(
-        tmp_path, monkeypatch, "sampled", "training.eval_tokens=48"
+        tmp_path, monkeypatch, "sampled", "training.eval_tokens=48", "training.seed=7"
     )
     everything = validation_rows(run)
-    expected = [everything[i] for i in sample_indices(len(everything), 48 // 16, seed=run.training.seed)]
+    # drawn with data.seed, not training.seed: runs that differ only in training.seed read the same blocks
+    expected = [everything[i] for i in sample_indices(len(everything), 48 // 16, seed=run.data.seed)]
+    assert run.training.seed != run.data.seed
+    assert not np.array_equal(sample_indices(len(everything), 3, seed=7), sample_indices(len(everything), 3, seed=run.data.seed))
     assert len(everything) > 3 and first == second == expected  # exactly the sample, in file order, twice
     out = capsys.readouterr().out
     said = f"evaluation reads a fixed sample of 3 of {len(everything)} validation blocks (training.eval_tokens=48)"

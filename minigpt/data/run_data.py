@@ -64,8 +64,10 @@ def prepare_run_data(
     """The training and validation rows of `settings` for `tokenizer`, prepared or read from the cache.
 
     Conversations (`data.format: chat`) need ChatML's role tokens: a tokenizer without them gets
-    them here, in place (a note says so), before anything is encoded. `seed` draws the validation
-    sample (at most `eval_tokens` tokens' worth, None: all) and each epoch's block offset.
+    them here, in place (a note says so), before anything is encoded. `seed` (training.seed) draws
+    each epoch's block offset; `settings.seed` (data.seed) the validation sample (at most
+    `eval_tokens` tokens' worth, None: all), so runs that differ only in training.seed are scored on
+    the same blocks.
     """
     notes, added = [], []
     if settings.format == "chat":
@@ -82,7 +84,7 @@ def prepare_run_data(
         collator = default_data_collator  # equal-length blocks: stacked, no mask
         rows, what = "blocks", f"of {settings.block_size} tokens"
         stops = [tokenizer.eos_token_id]  # text ends at the end of a document
-    evaluation = validation_sample(corpus.validation, eval_tokens, settings.block_size, seed, rows=rows)
+    evaluation = validation_sample(corpus.validation, eval_tokens, settings.block_size, settings.seed, rows=rows)
     description = (
         f"data: {plural(len(corpus.train), f'training {rows[:-1]}')}, "
         f"{plural(len(corpus.validation), f'validation {rows[:-1]}')} {what}; {evaluation.describe()}"

@@ -37,7 +37,7 @@ class DataSettings:
     # row boundary; "random": whole documents drawn by `seed`
     validation_split: str = "auto"
     exclude: list[str] = field(default_factory=list)  # glob patterns of files or folders to leave out of folders and globs
-    seed: int = 1337  # seed of the "random" validation split (whole documents by a seeded hash) and the tokenizer's sample
+    seed: int = 1337  # seed of the "random" validation split (whole documents by a seeded hash), the evaluations' sample of it and the tokenizer's sample
     block_size: int = 256  # tokens per packed block; must not exceed the model's max_position_embeddings
     # Each epoch after the first reads the training blocks from another offset in the token stream
     # (training_blocks.py): the same tokens in other windows. Training only; the cached blocks stay.

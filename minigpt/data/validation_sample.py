@@ -3,9 +3,11 @@
 `training.eval_tokens` caps the tokens an evaluation reads (nanochat's `eval_tokens`), so its cost
 follows the budget and not the corpus: a split larger than the cap is evaluated on
 `eval_tokens // block_size` blocks drawn without replacement from a generator seeded with
-`training.seed`, in file order. The draw depends only on the seed and the split's size, so every
-evaluation of a run (and of its resumed continuation) reads the same blocks, and so does every
-process: Accelerate shards the sampled blocks, after sampling.
+`data.seed` (the seed of the split itself), in file order. The draw depends only on the seed and
+the split's size, so every evaluation of a run (and of its resumed continuation) reads the same
+blocks, and so does every process: Accelerate shards the sampled blocks, after sampling. Runs that
+differ only in `training.seed` read the same blocks too, so their spread is the training's, not
+the sample's.
 """
 
 from __future__ import annotations
