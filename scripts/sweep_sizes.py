@@ -36,7 +36,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--shapes", nargs="+", default=SHAPES, help="LAYERSxWIDTH")
     parser.add_argument("--lr-scales", type=float, nargs="+", default=[1.0], help="x the rule's learning rate")
     parser.add_argument("--code-mb", type=float, default=200.0)
-    parser.add_argument("--seed", type=int, default=1337, help="training.seed; another than 1337 repeats points (kept out of the fit)")
+    parser.add_argument("--seed", type=int, default=1337, help="training.seed; another than 1337 repeats points (the fit takes each point's mean over its seeds)")
     parser.add_argument("--fit-only", action="store_true", help="only fit the rule to --results")
     parser.add_argument(
         "--fit-corpora", nargs="+", default=["shakespeare", "prose", "code"],
@@ -84,13 +84,12 @@ def corpora(args: argparse.Namespace):
 def main() -> None:
     args = parse_args()
     from minigpt.benchmarks.size_sweep import (
-        SWEEP_SEED,
+        average_seeds,
         choice_table,
         corpus_facts,
         fit_rule,
         points_table,
         run_point,
-        split_seeds,
     )
 
     if not args.fit_only:
@@ -112,9 +111,10 @@ def main() -> None:
                                 flush=True,
                             )
     every = [json.loads(line) for line in args.results.read_text().splitlines() if line.strip()]
-    points, repeats = split_seeds(every)
-    for first, repeat in repeats:
-        print(f"{first['key']}: bits/byte {first['eval_bpb']:.4f} (seed {SWEEP_SEED}), {repeat['eval_bpb']:.4f} (seed {repeat['seed']})")
+    points = average_seeds(every)  # the fit and the tables take each place's mean over its seeds
+    for point in (p for p in points if len(p["seed_bpb"]) > 1):
+        each = ", ".join(f"{bpb:.4f}" for bpb in point["seed_bpb"])
+        print(f"{point['key']}: bits/byte {point['eval_bpb']:.4f}, the mean of {len(point['seed_bpb'])} seeds ({each})")
     fit = fit_rule([p for p in points if p["lr_scale"] == 1.0 and p["corpus"] in args.fit_corpora])
     print(json.dumps({k: v for k, v in fit.items() if k != "errors"}, indent=2))
     print(points_table(points, fit))

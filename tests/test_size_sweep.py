@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from minigpt.benchmarks.size_sweep import choice_table, fit_rule, points_table, split_seeds
+from minigpt.benchmarks.size_sweep import average_seeds, choice_table, fit_rule, points_table
 from minigpt.training.sizing import LossRule
 
 TRUE_RULE = LossRule(a=60.0, alpha=0.35, b=900.0, beta=0.45, r_star=3.0)
@@ -97,9 +97,12 @@ def test_the_points_table_has_a_cell_per_shape_and_the_fit_error():
     assert re.search(r"ep, [+-]0\.00\d\)", table[2])  # on the rule: the fit's error is near nothing
 
 
-def test_repeats_at_another_seed_are_paired_and_kept_out_of_the_points():
+def test_each_place_is_the_mean_of_its_seeds_and_a_repeat_without_a_first_seed_is_left_out():
     points = [p for p in synthetic_points() if p["lr_scale"] == 1.0]
     repeat = dict(points[3], key=points[3]["key"] + "|s1338", seed=1338, eval_bpb=points[3]["eval_bpb"] + 0.1)
     orphan = dict(points[0], flops=9e15, seed=1338)  # no first-seed point at its budget
-    first, repeats = split_seeds([*points, repeat, orphan])
-    assert first == points and repeats == [(points[3], repeat)]
+    averaged = average_seeds([*points, repeat, orphan])
+    assert [p["key"] for p in averaged] == [p["key"] for p in points]
+    assert averaged[3]["eval_bpb"] == pytest.approx(points[3]["eval_bpb"] + 0.05)
+    assert averaged[3]["seed_bpb"] == [points[3]["eval_bpb"], repeat["eval_bpb"]]
+    assert all(a["eval_bpb"] == p["eval_bpb"] and len(a["seed_bpb"]) == 1 for a, p in zip(averaged, points, strict=True) if a is not averaged[3])

@@ -109,7 +109,7 @@ def run_point(
     workdir: Path, results: Path, tokens_per_step: int = 1024, block_size: int = 128, seed: int = SWEEP_SEED,
 ) -> dict[str, Any] | None:
     """One shape at one budget: trains it and appends its result; None when done before. Another
-    `seed` than SWEEP_SEED repeats a point to measure its spread (keyed apart, left out of the fit)."""
+    `seed` than SWEEP_SEED repeats a point to measure its spread (keyed apart; `average_seeds` takes their mean)."""
     from ..training.sizing import REPEAT_DROPOUT, learning_rate
 
     key = f"{corpus.name}|{flops:.3g}|{layers}x{width}|{lr_scale:g}" + (f"|s{seed}" if seed != SWEEP_SEED else "")
@@ -152,20 +152,20 @@ def shutil_rmtree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def split_seeds(points: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], dict[str, Any]]]]:
-    """The points at SWEEP_SEED (what the fit and the tables take), and each repeat at another seed
-    paired with its SWEEP_SEED point (same corpus, budget, shape and learning rate)."""
+def average_seeds(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One point per place (corpus, budget, shape and learning rate): its SWEEP_SEED point with
+    `eval_bpb` the mean over every seed run there and `seed_bpb` each seed's, SWEEP_SEED's first.
+    A seed's runs share the validation sample (data.seed), so their spread is the training's alone;
+    repeats without a SWEEP_SEED point at their place are left out."""
     def where(p: dict[str, Any]) -> tuple:
         return p["corpus"], p["flops"], p["layers"], p["width"], p["lr_scale"]
 
     first = [p for p in points if p.get("seed", SWEEP_SEED) == SWEEP_SEED]
-    by_place = {where(p): p for p in first}
-    repeats = [
-        (by_place[where(p)], p)
-        for p in points
-        if p.get("seed", SWEEP_SEED) != SWEEP_SEED and where(p) in by_place
-    ]
-    return first, repeats
+    seeds: dict[tuple, list[float]] = {where(p): [p["eval_bpb"]] for p in first}
+    for p in points:
+        if p.get("seed", SWEEP_SEED) != SWEEP_SEED and where(p) in seeds:
+            seeds[where(p)].append(p["eval_bpb"])
+    return [dict(p, eval_bpb=sum(seeds[where(p)]) / len(seeds[where(p)]), seed_bpb=seeds[where(p)]) for p in first]
 
 
 ALPHA_MAX = 0.6  # a prior: the field's fitted exponents are 0.08-0.34 (Kaplan 2020, Hoffmann 2022)
@@ -281,4 +281,4 @@ def points_table(points: list[dict[str, Any]], fit: dict[str, Any] | None = None
     return "\n".join(lines)
 
 
-__all__ = ["SWEEP_SEED", "SweepCorpus", "points_table", "choice_table", "choose_from_points", "corpus_facts", "fit_rule", "run_point", "shape_flops_per_token", "split_seeds"]
+__all__ = ["SWEEP_SEED", "SweepCorpus", "average_seeds", "points_table", "choice_table", "choose_from_points", "corpus_facts", "fit_rule", "run_point", "shape_flops_per_token"]
