@@ -35,6 +35,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--flops", type=float, nargs="+", default=[3e12, 1.2e13], help="compute budgets")
     parser.add_argument("--shapes", nargs="+", default=SHAPES, help="LAYERSxWIDTH")
     parser.add_argument("--lr-scales", type=float, nargs="+", default=[1.0], help="x the rule's learning rate")
+    parser.add_argument("--batches", type=int, nargs="+", default=[8], help="blocks a step (8: the plan's; others join the grid, not the fit)")
     parser.add_argument("--code-mb", type=float, default=200.0)
     parser.add_argument("--seed", type=int, default=1337, help="training.seed; another than 1337 repeats points (the fit takes each point's mean over its seeds)")
     parser.add_argument("--fit-only", action="store_true", help="only fit the rule to --results")
@@ -84,6 +85,7 @@ def corpora(args: argparse.Namespace):
 def main() -> None:
     args = parse_args()
     from minigpt.benchmarks.size_sweep import (
+        at_rule_settings,
         average_seeds,
         choice_table,
         corpus_facts,
@@ -100,9 +102,10 @@ def main() -> None:
             for flops in args.flops:
                 for shape in args.shapes:
                     layers, width = map(int, shape.split("x"))
-                    for scale in args.lr_scales:
+                    for scale, batch in ((s, b) for s in args.lr_scales for b in args.batches):
                         point = run_point(
-                            corpus, facts, layers, width, flops, scale, args.workdir, args.results, seed=args.seed
+                            corpus, facts, layers, width, flops, scale, args.workdir, args.results, batch=batch,
+                            seed=args.seed,
                         )
                         if point:
                             print(
@@ -115,7 +118,7 @@ def main() -> None:
     for point in (p for p in points if len(p["seed_bpb"]) > 1):
         each = ", ".join(f"{bpb:.4f}" for bpb in point["seed_bpb"])
         print(f"{point['key']}: bits/byte {point['eval_bpb']:.4f}, the mean of {len(point['seed_bpb'])} seeds ({each})")
-    fit = fit_rule([p for p in points if p["lr_scale"] == 1.0 and p["corpus"] in args.fit_corpora])
+    fit = fit_rule([p for p in points if at_rule_settings(p) and p["corpus"] in args.fit_corpora])
     print(json.dumps({k: v for k, v in fit.items() if k != "errors"}, indent=2))
     print(points_table(points, fit))
     for hold_out in ("corpus", "budget"):

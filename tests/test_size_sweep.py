@@ -106,3 +106,16 @@ def test_each_place_is_the_mean_of_its_seeds_and_a_repeat_without_a_first_seed_i
     assert averaged[3]["eval_bpb"] == pytest.approx(points[3]["eval_bpb"] + 0.05)
     assert averaged[3]["seed_bpb"] == [points[3]["eval_bpb"], repeat["eval_bpb"]]
     assert all(a["eval_bpb"] == p["eval_bpb"] and len(a["seed_bpb"]) == 1 for a, p in zip(averaged, points, strict=True) if a is not averaged[3])
+
+
+def test_a_larger_batch_joins_the_grid_but_not_the_rules_choice_or_its_table():
+    points = synthetic_points(lr_penalty=0.0)
+    small = [p for p in points if (p["layers"], p["width"], p["lr_scale"]) == (2, 64, 1.0)]
+    at_16 = [dict(p, key=p["key"] + "|b16", batch=16, eval_bpb=p["eval_bpb"] - 1.0) for p in small]
+    table = choice_table([*points, *at_16], hold_out="corpus")
+    plain = choice_table(points, hold_out="corpus")
+    for row, before in zip(table, plain, strict=True):
+        assert row["chosen"] == before["chosen"] and row["grid"] == before["grid"] + 1
+        batch_point = next(p for p in at_16 if (p["corpus"], p["flops"]) == (row["corpus"], row["flops"]))
+        assert row["best"] == "2x64 batch 16" and row["best_bpb"] == batch_point["eval_bpb"]
+    assert points_table([*points, *at_16]) == points_table(points)

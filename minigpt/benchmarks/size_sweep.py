@@ -25,6 +25,7 @@ TRAIN_SCRIPT = REPO_ROOT / "scripts" / "train.py"
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "shakespeare.yaml"
 SWEEP_EVAL_TOKENS = 131_072  # each point's final evaluation: the same seeded sample for every shape
 SWEEP_SEED = 1337  # the default config's training.seed: the points the fit and the tables take
+SWEEP_BATCH = 8  # the default config's blocks a step (8 x 128 = 1024 tokens), as plans keep it
 
 
 @dataclass(frozen=True)
@@ -106,13 +107,16 @@ def done_keys(results: Path) -> set[str]:
 
 def run_point(
     corpus: SweepCorpus, facts: dict[str, int], layers: int, width: int, flops: float, lr_scale: float,
-    workdir: Path, results: Path, tokens_per_step: int = 1024, block_size: int = 128, seed: int = SWEEP_SEED,
+    workdir: Path, results: Path, batch: int = SWEEP_BATCH, block_size: int = 128, seed: int = SWEEP_SEED,
 ) -> dict[str, Any] | None:
     """One shape at one budget: trains it and appends its result; None when done before. Another
-    `seed` than SWEEP_SEED repeats a point to measure its spread (keyed apart; `average_seeds` takes their mean)."""
+    `seed` than SWEEP_SEED repeats a point to measure its spread (keyed apart; `average_seeds` takes their mean);
+    another `batch` (blocks a step) than SWEEP_BATCH is a point of the grid the rule does not choose from."""
     from ..training.sizing import REPEAT_DROPOUT, learning_rate
 
-    key = f"{corpus.name}|{flops:.3g}|{layers}x{width}|{lr_scale:g}" + (f"|s{seed}" if seed != SWEEP_SEED else "")
+    key = f"{corpus.name}|{flops:.3g}|{layers}x{width}|{lr_scale:g}" + (f"|b{batch}" if batch != SWEEP_BATCH else "")
+    key += f"|s{seed}" if seed != SWEEP_SEED else ""
+    tokens_per_step = batch * block_size
     if key in done_keys(results):
         return None
     parameters, per_token = shape_flops_per_token(layers, width, facts["vocab"], block_size)
@@ -127,6 +131,7 @@ def run_point(
         sys.executable, str(TRAIN_SCRIPT), str(DEFAULT_CONFIG), *common_overrides(corpus, workdir),
         *point_overrides(layers, width, steps, lr, dropout, out),
         f"training.seed={seed}",
+        f"hardware.per_device_train_batch_size={batch}",
     ]
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT)
@@ -135,7 +140,7 @@ def run_point(
     summary = json.loads((out / "summary.json").read_text())
     record = {
         "key": key, "corpus": corpus.name, "flops": flops, "layers": layers, "width": width,
-        "lr_scale": lr_scale, "learning_rate": lr, "dropout": dropout, "parameters": parameters, "seed": seed,
+        "lr_scale": lr_scale, "batch": batch, "learning_rate": lr, "dropout": dropout, "parameters": parameters, "seed": seed,
         "steps": steps, "tokens": tokens, "train_tokens": facts["train_tokens"],
         "epochs": tokens / facts["train_tokens"], "eval_bpb": summary["eval_bpb"],
         "wall_s": time.perf_counter() - started,  # informational: the budget is FLOPs
@@ -158,7 +163,7 @@ def average_seeds(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
     A seed's runs share the validation sample (data.seed), so their spread is the training's alone;
     repeats without a SWEEP_SEED point at their place are left out."""
     def where(p: dict[str, Any]) -> tuple:
-        return p["corpus"], p["flops"], p["layers"], p["width"], p["lr_scale"]
+        return p["corpus"], p["flops"], p["layers"], p["width"], p["lr_scale"], p.get("batch", SWEEP_BATCH)
 
     first = [p for p in points if p.get("seed", SWEEP_SEED) == SWEEP_SEED]
     seeds: dict[tuple, list[float]] = {where(p): [p["eval_bpb"]] for p in first}
@@ -208,6 +213,18 @@ def fit_rule(points: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def at_rule_settings(point: dict[str, Any]) -> bool:
+    """Whether a point ran at the rule's learning rate and the plan's batch: what the rule chooses among."""
+    return point["lr_scale"] == 1.0 and point.get("batch", SWEEP_BATCH) == SWEEP_BATCH
+
+
+def settings_label(point: dict[str, Any]) -> str:
+    """ " lr x2", " batch 16": how a grid point differs from the rule's settings ("" when it does not)."""
+    label = f" lr x{point['lr_scale']:g}" if point["lr_scale"] != 1.0 else ""
+    batch = point.get("batch", SWEEP_BATCH)
+    return label + (f" batch {batch}" if batch != SWEEP_BATCH else "")
+
+
 def choose_from_points(fit: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The point the fitted rule would choose among `rows` (one corpus, one budget, each a shape):
     the lowest A / N^alpha + B / D'^beta, as `minigpt.training.sizing.plan_run` ranks shapes."""
@@ -224,10 +241,10 @@ def choice_table(
     "corpus") or without that budget's points on any corpus ("budget"), the grid's best (every
     shape and learning rate run there), and the reference shape's (the default run's model, at the
     rule's learning rate) result at that budget. The rule is fitted on, and chooses among, points at
-    its own learning rate (`lr_scale` 1) with at least MIN_STEPS steps, as a plan does."""
+    its own learning rate (`lr_scale` 1) and batch with at least MIN_STEPS steps, as a plan does."""
     from ..training.sizing import MIN_STEPS
 
-    at_rule_lr = [p for p in points if p["lr_scale"] == 1.0]
+    at_rule_lr = [p for p in points if at_rule_settings(p)]
     table = []
     for corpus in sorted({p["corpus"] for p in points}):
         for flops in sorted({p["flops"] for p in points if p["corpus"] == corpus}):
@@ -239,7 +256,7 @@ def choice_table(
                 continue
             fit = fit_rule(others)
             grid = [p for p in points if p["corpus"] == corpus and p["flops"] == flops]
-            rows = [p for p in grid if p["lr_scale"] == 1.0]
+            rows = [p for p in grid if at_rule_settings(p)]
             if not rows:
                 continue
             eligible = [p for p in rows if p["steps"] >= MIN_STEPS] or rows
@@ -250,7 +267,7 @@ def choice_table(
                     "corpus": corpus, "flops": flops, "shapes": len({(p["layers"], p["width"]) for p in grid}),
                     "grid": len(grid),
                     "chosen": f"{chosen['layers']}x{chosen['width']}", "chosen_bpb": chosen["eval_bpb"],
-                    "best": f"{best['layers']}x{best['width']}" + (f" lr x{best['lr_scale']:g}" if best["lr_scale"] != 1.0 else ""),
+                    "best": f"{best['layers']}x{best['width']}" + settings_label(best),
                     "best_bpb": best["eval_bpb"],
                     "default_bpb": default["eval_bpb"] if default else None,
                 }
@@ -259,8 +276,10 @@ def choice_table(
 
 
 def points_table(points: list[dict[str, Any]], fit: dict[str, Any] | None = None) -> str:
-    """Markdown: one row per corpus and budget, one column per shape (bits/byte, steps, epochs);
-    with a fit, each cell also shows how far the rule's prediction is (+: the run did worse)."""
+    """Markdown: one row per corpus and budget, one column per shape (bits/byte, steps, epochs) at the
+    rule's settings; with a fit, each cell also shows how far the rule's prediction is (+: the run
+    did worse)."""
+    points = [p for p in points if at_rule_settings(p)]
     shapes = sorted({(p["layers"], p["width"]) for p in points})
     header = "| corpus | FLOPs | " + " | ".join(f"{layers}x{width}" for layers, width in shapes) + " |"
     lines = [header, "|---|---:|" + "---:|" * len(shapes)]
@@ -281,4 +300,4 @@ def points_table(points: list[dict[str, Any]], fit: dict[str, Any] | None = None
     return "\n".join(lines)
 
 
-__all__ = ["SWEEP_SEED", "SweepCorpus", "average_seeds", "points_table", "choice_table", "choose_from_points", "corpus_facts", "fit_rule", "run_point", "shape_flops_per_token"]
+__all__ = ["SWEEP_BATCH", "SWEEP_SEED", "SweepCorpus", "at_rule_settings", "average_seeds", "points_table", "choice_table", "choose_from_points", "corpus_facts", "fit_rule", "run_point", "shape_flops_per_token"]
