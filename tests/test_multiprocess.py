@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import resume_worker
 import torch
+import yaml
 from conftest import PYTHON, REPO_ROOT
 
 from minigpt.training.checkpoints import checkpoint_problems, list_checkpoints
@@ -207,7 +208,8 @@ def test_cli_runs_on_two_processes_and_exits_cleanly(tmp_path, subprocess_env):
     blocks_dir = re.search(r"(?:preparing|reusing prepared) blocks in (\S+)", run.stdout).group(1)
     validation = load_prepared(REPO_ROOT / blocks_dir).validation
     assert run.stdout.count(f"a fixed sample of 64 of {len(validation):,} validation blocks") == 1
-    rows = validation.select(sample_indices(len(validation), 64, seed=0))["input_ids"]
+    data_seed = yaml.safe_load((output_dir / "resolved_config.yaml").read_text())["data"]["seed"]
+    rows = validation.select(sample_indices(len(validation), 64, seed=data_seed))["input_ids"]  # drawn with data.seed
     sample = torch.tensor(rows, dtype=torch.long)  # (64, 32)
     model = AutoModelForCausalLM.from_pretrained(output_dir / "final", trust_remote_code=True).eval()
     with torch.no_grad():
