@@ -71,6 +71,10 @@ def test_a_wall_clock_plan_divides_the_seconds_left_by_measured_steps():
     unmeasured = Candidate(6, 256, parameters=5_000_000, flops_per_token=3.4e7)
     plan = plan_run(Budget(seconds=60), [measured, unmeasured], 1024, 10**6, rule, seconds_left=50.0)
     assert plan.considered == [measured] and measured.steps == 1000
+    plan.max_time = 59.0
+    shape, tokens, why = plan.lines()  # one shape measured: the plan says so, not "of 1 shapes"
+    assert why.startswith("plan: the only shape measured in the 5% of the budget that choosing may take")
+    assert "1.02M tokens = 1.02 epochs of 1.00M, 1.02 tokens per parameter" in tokens  # as the corpus report's
 
 
 def test_a_wall_clock_plan_leaves_time_for_its_evaluations():

@@ -195,15 +195,20 @@ class Plan:
     def lines(self) -> list[str]:
         c = self.chosen
         runner_up = sorted(self.considered, key=lambda x: x.predicted)[1:2]
-        why = (
-            f"lowest predicted bits/byte of {len(self.considered)} shapes"
-            + (f" (next: {runner_up[0].name}, {runner_up[0].predicted - c.predicted:+.3f})" if runner_up else "")
-        )
+        if runner_up:
+            why = (
+                f"lowest predicted bits/byte of {len(self.considered)} shapes "
+                f"(next: {runner_up[0].name}, {runner_up[0].predicted - c.predicted:+.3f})"
+            )
+        elif self.max_time is not None:  # a short wall-clock budget leaves time to measure one shape
+            why = f"the only shape measured in the {CHOOSING_SHARE:.0%} of the budget that choosing may take"
+        else:
+            why = "the only shape the budget and the corpus allow"
         return [
             f"plan for {self.budget}: {c.name} model ({c.width // HEAD_SIZE} heads), {c.parameters / 1e6:.2f}M "
             f"matmul parameters, {c.steps:,} steps of {self.tokens_per_step:,} tokens",
             f"plan: {self.tokens / 1e6:.2f}M tokens = {self.epochs:.2f} epochs of {self.corpus_tokens / 1e6:.2f}M, "
-            f"{self.tokens / c.parameters:.1f} tokens per parameter; lr {self.learning_rate:.2e}, warmup "
+            f"{self.tokens / c.parameters:.2f} tokens per parameter; lr {self.learning_rate:.2e}, warmup "
             f"{self.warmup_steps}, dropout {self.hidden_dropout:g}",
             f"plan: {why}; choosing took {self.choosing_seconds:.1f} s",
         ]
