@@ -7,6 +7,7 @@ points, and that the grid's best counts every learning rate while the rule choos
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -119,3 +120,24 @@ def test_a_larger_batch_joins_the_grid_but_not_the_rules_choice_or_its_table():
         batch_point = next(p for p in at_16 if (p["corpus"], p["flops"]) == (row["corpus"], row["flops"]))
         assert row["best"] == "2x64 batch 16" and row["best_bpb"] == batch_point["eval_bpb"]
     assert points_table([*points, *at_16]) == points_table(points)
+
+
+def test_a_sweep_point_is_a_real_run_recorded_once_with_its_loss_curve(tmp_path):
+    from conftest import REPO_ROOT
+
+    from minigpt.benchmarks.size_sweep import SweepCorpus, corpus_facts, run_point, shape_flops_per_token
+
+    corpus = SweepCorpus("shakespeare", (f"data.train_files={REPO_ROOT / 'data' / 'tinyshakespeare.txt'}",))
+    facts = corpus_facts(corpus, tmp_path)
+    assert facts["vocab"] == 2048 and facts["train_tokens"] == 346_969  # the default config's tokenizer and split
+    parameters, per_token = shape_flops_per_token(2, 64, facts["vocab"], 128)
+    results, flops = tmp_path / "points.jsonl", per_token * 1024 * 30.5  # 30 steps of 1024 tokens
+    point = run_point(corpus, facts, 2, 64, flops, 1.0, tmp_path, results)
+    assert point["steps"] == 30 and point["tokens"] == 30 * 1024 and point["parameters"] == parameters
+    assert point["key"] == f"shakespeare|{flops:.3g}|2x64|1" and point["batch"] == 8
+    assert 2.0 < point["eval_bpb"] < 8.0 and point["dropout"] == 0.0  # 30 steps: under one epoch
+    assert [json.loads(line)["key"] for line in results.read_text().splitlines()] == [point["key"]]
+    curve = [json.loads(line) for line in (tmp_path / "curves" / f"{point['key'].replace('|', '_')}.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in curve if "loss" in r][-1] == 30 and any("eval_loss" in r for r in curve)
+    assert not (tmp_path / "runs" / "shakespeare").exists() or not any((tmp_path / "runs" / "shakespeare").iterdir())
+    assert run_point(corpus, facts, 2, 64, flops, 1.0, tmp_path, results) is None  # done before: skipped

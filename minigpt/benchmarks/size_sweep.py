@@ -147,6 +147,9 @@ def run_point(
     }
     with results.open("a") as handle:
         handle.write(json.dumps(record) + "\n")
+    curves = workdir / "curves"  # the loss curve outlives the run's folder: a spike shows there
+    curves.mkdir(parents=True, exist_ok=True)
+    (out / "metrics.jsonl").replace(curves / f"{out.name}.jsonl")
     shutil_rmtree(out)
     return record
 
