@@ -123,6 +123,7 @@ def test_a_budgeted_run_writes_its_choice_as_plain_values_and_resumes_with_it(tm
     result = run_training(load_run_config("configs/smoke.yaml", overrides))
     out = capsys.readouterr().out
     assert "plan for 2e+10 FLOPs: " in out and " tokens per parameter; lr " in out
+    assert " tokens (the config's batch)" in out  # the plan does not choose the batch, and says so
     plan = json.loads((folder / "plan.json").read_text())
     resolved = yaml.safe_load((folder / "resolved_config.yaml").read_text())
     assert resolved["training"]["budget"] is None

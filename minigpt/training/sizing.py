@@ -8,6 +8,9 @@ the run choose, once the corpus is tokenized:
             share of the evaluations (one every training.eval_steps, EVALUATION_SHARE)
   lr        `REFERENCE_LR` scaled by width (Adam's hidden-layer LR ~ 1/width, muP: Yang et al. 2022)
   warmup    5% of the steps, at most `WARMUP_MAX`
+  batch     the config's: at equal tokens, batches of 8, 16 and 32 blocks (the learning rate
+            scaled by the square root) ended within a seed's spread in the sweeps, so the plan has
+            nothing to choose it by yet (docs/research-log.md)
   dropout   0.1 once the plan repeats the corpus (more than one epoch), else none
   max_time  a wall-clock budget's seconds left after choosing: the run ends by the budget even
             where its steps cost more than measured (its own evaluations, checkpoints, samples)
@@ -206,7 +209,7 @@ class Plan:
             why = "the only shape the budget and the corpus allow"
         return [
             f"plan for {self.budget}: {c.name} model ({c.width // HEAD_SIZE} heads), {c.parameters / 1e6:.2f}M "
-            f"matmul parameters, {c.steps:,} steps of {self.tokens_per_step:,} tokens",
+            f"matmul parameters, {c.steps:,} steps of {self.tokens_per_step:,} tokens (the config's batch)",
             f"plan: {self.tokens / 1e6:.2f}M tokens = {self.epochs:.2f} epochs of {self.corpus_tokens / 1e6:.2f}M, "
             f"{self.tokens / c.parameters:.2f} tokens per parameter; lr {self.learning_rate:.2e}, warmup "
             f"{self.warmup_steps}, dropout {self.hidden_dropout:g}",
