@@ -191,5 +191,8 @@ def run_cli(main: Callable[[], int | None]) -> None:
             if isinstance(err, KeyboardInterrupt):
                 print(INTERRUPTED_LINE, file=sys.stderr)
                 sys.exit(INTERRUPTED_EXIT_CODE)
+            if isinstance(err, BrokenPipeError):  # stdout's reader left (`| head`): Python's own recipe,
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no traceback at exit
+                sys.exit(1)
             raise
     sys.exit(code or 0)

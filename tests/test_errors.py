@@ -1,6 +1,10 @@
-"""run_cli: user errors are one line and exit 2; Ctrl-C is one line and exit 130."""
+"""run_cli: user errors are one line and exit 2; Ctrl-C is one line and exit 130; a closed pipe
+on stdout (`| head`) ends the script quietly."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import pytest
 
@@ -33,3 +37,12 @@ def test_bugs_keep_their_traceback():
 
     with pytest.raises(RuntimeError):
         run_cli(main)
+
+
+def test_a_reader_that_leaves_the_pipe_ends_the_script_without_a_traceback():
+    script = "from minigpt.errors import run_cli; run_cli(lambda: [print(i, flush=True) for i in range(10**6)])"
+    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout.readline() == b"0\n"
+    process.stdout.close()  # as `head -1` does after its line
+    assert process.wait(timeout=60) == 1
+    assert process.stderr.read() == b""
