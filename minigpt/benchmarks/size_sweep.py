@@ -161,7 +161,7 @@ def shutil_rmtree(path: Path) -> None:
 
 
 def average_seeds(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One point per place (corpus, budget, shape and learning rate): its SWEEP_SEED point with
+    """One point per place (corpus, budget, shape, learning rate and batch): its SWEEP_SEED point with
     `eval_bpb` the mean over every seed run there and `seed_bpb` each seed's, SWEEP_SEED's first.
     A seed's runs share the validation sample (data.seed), so their spread is the training's alone;
     repeats without a SWEEP_SEED point at their place are left out."""
