@@ -107,6 +107,9 @@ def test_each_place_is_the_mean_of_its_seeds_and_a_repeat_without_a_first_seed_i
     assert averaged[3]["eval_bpb"] == pytest.approx(points[3]["eval_bpb"] + 0.05)
     assert averaged[3]["seed_bpb"] == [points[3]["eval_bpb"], repeat["eval_bpb"]]
     assert all(a["eval_bpb"] == p["eval_bpb"] and len(a["seed_bpb"]) == 1 for a, p in zip(averaged, points, strict=True) if a is not averaged[3])
+    table = points_table(averaged)  # the repeated place shows its seeds' count and range, no other
+    low, high = sorted(averaged[3]["seed_bpb"])
+    assert table.count("seeds") == 1 and f"; 2 seeds {low:.4f}-{high:.4f})" in table
 
 
 def test_a_larger_batch_joins_the_grid_but_not_the_rules_choice_or_its_table():

@@ -281,7 +281,7 @@ def choice_table(
 def points_table(points: list[dict[str, Any]], fit: dict[str, Any] | None = None) -> str:
     """Markdown: one row per corpus and budget, one column per shape (bits/byte, steps, epochs) at the
     rule's settings; with a fit, each cell also shows how far the rule's prediction is (+: the run
-    did worse)."""
+    did worse); a place run at several seeds (`average_seeds`) shows how many and their range."""
     points = [p for p in points if at_rule_settings(p)]
     shapes = sorted({(p["layers"], p["width"]) for p in points})
     header = "| corpus | FLOPs | " + " | ".join(f"{layers}x{width}" for layers, width in shapes) + " |"
@@ -298,7 +298,9 @@ def points_table(points: list[dict[str, Any]], fit: dict[str, Any] | None = None
                     cells.append("-")
                     continue
                 error = f", {fit['errors'][point['key']]:+.3f}" if fit and point["key"] in fit["errors"] else ""
-                cells.append(f"{point['eval_bpb']:.4f} ({point['steps']} st, {point['epochs']:.2f} ep{error})")
+                seeds = point.get("seed_bpb", [])
+                spread = f"; {len(seeds)} seeds {min(seeds):.4f}-{max(seeds):.4f}" if len(seeds) > 1 else ""
+                cells.append(f"{point['eval_bpb']:.4f} ({point['steps']} st, {point['epochs']:.2f} ep{error}{spread})")
             lines.append(f"| {corpus} | {flops:.3g} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
