@@ -207,7 +207,7 @@ def fit_rule(points: list[dict[str, Any]]) -> dict[str, Any]:
     upper = [30, ALPHA_MAX, 30, 1.5, math.log(1000.0), *[10.0] * len(corpora)]
     fit = least_squares(residuals, start, bounds=(lower, upper))
     log_a, alpha, log_b, beta, log_r, *floors = fit.x
-    error = residuals(fit.x)
+    error = -residuals(fit.x)  # (points,) measured - predicted: + where a run did worse than the rule
     return {
         "a": math.exp(log_a), "alpha": alpha, "b": math.exp(log_b), "beta": beta, "r_star": math.exp(log_r),
         "floors": dict(zip(corpora, floors, strict=True)), "points": len(points),
