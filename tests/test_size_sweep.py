@@ -101,10 +101,11 @@ def test_the_points_table_has_a_cell_per_shape_and_the_fit_error():
 def test_a_run_worse_than_the_rule_shows_a_positive_error():
     points = [p for p in synthetic_points() if p["lr_scale"] == 1.0 and p["steps"] >= 300]
     worse = dict(points[5], eval_bpb=points[5]["eval_bpb"] + 0.1)
-    fit = fit_rule([*points[:5], worse, *points[6:]])
+    planted = [*points[:5], worse, *points[6:]]
+    fit = fit_rule(planted)
     assert fit["errors"][worse["key"]] > 0.05  # measured above the prediction: worse, "+"
     assert all(abs(e) < 0.05 for key, e in fit["errors"].items() if key != worse["key"])
-    assert f"ep, +{fit['errors'][worse['key']]:.3f})" in points_table([*points[:5], worse, *points[6:]], fit)
+    assert f"ep, +{fit['errors'][worse['key']]:.3f})" in points_table(planted, fit)
 
 
 def test_each_place_is_the_mean_of_its_seeds_and_a_repeat_without_a_first_seed_is_left_out():

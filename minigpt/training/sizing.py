@@ -128,8 +128,10 @@ class LossRule:
 
 # The fit of the 2026-12-04 sweeps (scripts/sweep_sizes.py --fit-only: 34 places of 300+ steps on
 # three corpora, 1.1-200 MB, budgets 3e12-9.6e13 FLOPs, each place the mean of its seeds; held out:
-# C headers at 4.8e13; docs/research-log.md), refitted when they are. R* came out far below
-# Muennighoff et al.'s 15.4: on these small corpora a repeat is worth less than on theirs.
+# C headers at 4.8e13 and 1.4e14; docs/research-log.md). Code at 9.6e13 (2026-12-05) is not in it:
+# refitting with it moved B and beta far and still chose too small a shape there, so the form, not
+# the constants, is next (research log). R* came out far below Muennighoff et al.'s 15.4: on these
+# small corpora a repeat is worth less than on theirs.
 FITTED_RULE = LossRule(a=333.87, alpha=0.6, b=377.48, beta=0.4550, r_star=2.001)
 
 
