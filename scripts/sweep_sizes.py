@@ -89,7 +89,7 @@ def main() -> None:
         average_seeds,
         choice_table,
         corpus_facts,
-        fit_rule,
+        fit_ratio,
         points_table,
         run_point,
     )
@@ -118,8 +118,8 @@ def main() -> None:
     for point in (p for p in points if len(p["seed_bpb"]) > 1):
         each = ", ".join(f"{bpb:.4f}" for bpb in point["seed_bpb"])
         print(f"{point['key']}: bits/byte {point['eval_bpb']:.4f}, the mean of {len(point['seed_bpb'])} seeds ({each})")
-    fit = fit_rule([p for p in points if at_rule_settings(p) and p["corpus"] in args.fit_corpora])
-    print(json.dumps({k: v for k, v in fit.items() if k != "errors"}, indent=2))
+    fit = fit_ratio([p for p in points if at_rule_settings(p) and p["corpus"] in args.fit_corpora])
+    print(json.dumps(fit, indent=2))
     print(points_table(points, fit))
     for hold_out in ("corpus", "budget"):
         print(

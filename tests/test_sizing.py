@@ -14,7 +14,7 @@ from minigpt.training.sizing import (
     MIN_STEPS,
     Budget,
     Candidate,
-    LossRule,
+    TokensPerParameterRule,
     effective_tokens,
     learning_rate,
     parse_budget,
@@ -42,8 +42,8 @@ def test_repeated_epochs_count_less_and_less():
     assert effective_tokens(1000 * unique, unique, 15.4) == pytest.approx(16.4 * unique)  # at most 1 + R* passes
 
 
-def test_the_plan_takes_the_lowest_prediction_and_its_settings():
-    rule = LossRule(a=10.0, alpha=0.3, b=100.0, beta=0.3)
+def test_the_plan_takes_the_shape_nearest_the_rules_tokens_per_parameter_and_its_settings():
+    rule = TokensPerParameterRule(ratio=8.0)
     small = Candidate(2, 64, parameters=200_000, flops_per_token=1.6e6)
     large = Candidate(8, 384, parameters=15_000_000, flops_per_token=9.4e7)
     # Little compute: the small model's many steps beat the large one's few
@@ -51,22 +51,29 @@ def test_the_plan_takes_the_lowest_prediction_and_its_settings():
     assert plan.chosen is small and small.steps == int(3e12 / (1.6e6 * 1024))
     assert large.steps == 31 < MIN_STEPS  # too few steps while the small one has enough: left out
     assert [c.name for c in plan.considered] == [small.name]
-    assert small.predicted == pytest.approx(rule.predict(small.parameters, small.steps * 1024, 10**9))
+    assert small.tokens_per_parameter == pytest.approx(small.steps * 1024 / small.parameters)  # 9.2: under an epoch
+    assert small.distance == pytest.approx(abs(math.log(small.tokens_per_parameter / 8.0)))
     overrides = plan.overrides()
     assert overrides["model"] == {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "hidden_dropout": 0.0}
     assert overrides["training"]["max_steps"] == small.steps and overrides["training"]["budget"] is None
     assert overrides["training"]["learning_rate"] == learning_rate(64) == 2 * learning_rate(128)
     assert overrides["training"]["warmup_steps"] == warmup_steps(small.steps) == round(0.05 * small.steps)
-    # Much more compute: the large model wins, and a small corpus repeated brings dropout
+    # Much more compute: the large model is nearer the ratio, and a small corpus repeated brings dropout
     plan = plan_run(Budget(flops=3e16), [small, large], tokens_per_step=1024, corpus_tokens=10**7, rule=rule)
     assert plan.chosen is large and plan.hidden_dropout == 0.1 and plan.epochs > 1
-    expected = {c.name: rule.predict(c.parameters, c.steps * 1024, 10**7) for c in (small, large)}
-    assert {c.name: c.predicted for c in plan.considered} == pytest.approx(expected)
-    assert math.isclose(plan.record()["tokens_per_parameter"], large.steps * 1024 / large.parameters)
+    # 31.9M tokens, 3.2 epochs of 10M: repeats count less, so fewer effective tokens per parameter
+    expected = effective_tokens(large.steps * 1024, 10**7, 15.4) / large.parameters
+    assert large.tokens_per_parameter == pytest.approx(expected) and expected < large.steps * 1024 / large.parameters
+    record = plan.record()
+    assert math.isclose(record["tokens_per_parameter"], large.steps * 1024 / large.parameters)
+    assert record["effective_tokens_per_parameter"] == large.tokens_per_parameter and record["rule_tokens_per_parameter"] == 8.0
+    why = plan.lines()[2]
+    assert why.startswith("plan: of 2 shapes the nearest to 8 tokens per parameter, repeats counted less: ")
+    assert f"(next: {small.name} at {small.tokens_per_parameter:.1f})" in why
 
 
 def test_a_wall_clock_plan_divides_the_seconds_left_by_measured_steps():
-    rule = LossRule(a=10.0, alpha=0.3, b=100.0, beta=0.3)
+    rule = TokensPerParameterRule(ratio=8.0)
     measured = Candidate(4, 128, parameters=1_000_000, flops_per_token=7e6, step_seconds=0.05)
     unmeasured = Candidate(6, 256, parameters=5_000_000, flops_per_token=3.4e7)
     plan = plan_run(Budget(seconds=60), [measured, unmeasured], 1024, 10**6, rule, seconds_left=50.0)
@@ -80,7 +87,7 @@ def test_a_wall_clock_plan_divides_the_seconds_left_by_measured_steps():
 def test_a_wall_clock_plan_leaves_time_for_its_evaluations():
     """An evaluation every 100 steps costing 5 s (and one at the end): 50 s leave 45 s for steps
     of 0.05 s plus 0.05 s of evaluation each, 450 steps; a FLOP plan's steps do not change."""
-    rule = LossRule(a=10.0, alpha=0.3, b=100.0, beta=0.3)
+    rule = TokensPerParameterRule(ratio=8.0)
     measured = Candidate(4, 128, 1_000_000, 7e6, step_seconds=0.05, evaluation_seconds=5.0)
     plan_run(Budget(seconds=60), [measured], 1024, 10**6, rule, seconds_left=50.0, eval_steps=100)
     assert measured.steps == 450

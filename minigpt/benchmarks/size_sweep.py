@@ -6,7 +6,7 @@ with the sizing rule's own learning rate, warmup and dropout (`minigpt.training.
 point measures what the plan would have chosen at that shape. Budgets in FLOPs, not seconds: the
 result does not depend on how busy the machine was, and a slower machine reaches the same points.
 Points are appended to a JSON-lines file as they finish; a sweep started again skips those done.
-`fit_rule` fits the sizing rule's A, alpha, B, beta (one floor E per corpus) to them.
+`fit_ratio` fits the sizing rule's tokens per parameter to them.
 """
 
 from __future__ import annotations
@@ -176,43 +176,52 @@ def average_seeds(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [dict(p, eval_bpb=sum(seeds[where(p)]) / len(seeds[where(p)]), seed_bpb=seeds[where(p)]) for p in first]
 
 
-ALPHA_MAX = 0.6  # a prior: the field's fitted exponents are 0.08-0.34 (Kaplan 2020, Hoffmann 2022)
+# Ratios the fit tries: 1 to about 100 tokens per parameter, 16 a doubling (4.4% apart).
+RATIO_GRID = tuple(2 ** (i / 16) for i in range(16 * 7))
 
 
-def fit_rule(points: list[dict[str, Any]]) -> dict[str, Any]:
-    """Least squares of eval_bpb = E_corpus + A / N^alpha + B / D'^beta, R* (the repeats' decay) fitted too.
+def places(points: list[dict[str, Any]]) -> dict[tuple[str, float], list[dict[str, Any]]]:
+    """The points of each (corpus, budget) that the rule chooses among: at its settings, MIN_STEPS+ steps."""
+    from ..training.sizing import MIN_STEPS
 
-    Only runs of at least `MIN_STEPS` steps, as plans are (`minigpt.training.sizing`): a few dozen
-    steps measure the warmup, not the shape. alpha is bounded by `ALPHA_MAX`: these budgets reach few
-    shapes past their best, so the data alone leave it loose.
+    grouped: dict[tuple[str, float], list[dict[str, Any]]] = {}
+    for p in points:
+        if at_rule_settings(p) and p["steps"] >= MIN_STEPS:
+            grouped.setdefault((p["corpus"], p["flops"]), []).append(p)
+    return grouped
+
+
+def choose_from_points(ratio: float, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The point the rule of `ratio` would choose among `rows` (one corpus, one budget, each a shape):
+    the tokens per parameter nearest it, as `minigpt.training.sizing.plan_run` ranks shapes."""
+    from ..training.sizing import TokensPerParameterRule
+
+    rule = TokensPerParameterRule(ratio)
+    return min(rows, key=lambda p: rule.distance(p["parameters"], p["tokens"], p["train_tokens"]))
+
+
+def fit_ratio(points: list[dict[str, Any]]) -> dict[str, Any]:
+    """The tokens per parameter whose choices lose least: for each ratio of RATIO_GRID, the bits/byte
+    its choice at each place (corpus and budget: `places`) is above the place's best, summed; the
+    geometric middle of the ratios that lose least (ties are wide: a place's shapes are far apart).
+
+    Why not a fitted loss (Chinchilla's A / N^alpha + B / D^beta, as before 2026-12-05): its least
+    squares are ruled by the runs far from their place's best, which no plan makes, and its choices
+    were a shape too small at every larger budget (docs/research-log.md).
     """
-    import numpy as np
-    from scipy.optimize import least_squares
+    grouped = {where: rows for where, rows in places(points).items() if len(rows) > 1}
+    best = {where: min(p["eval_bpb"] for p in rows) for where, rows in grouped.items()}
 
-    from ..training.sizing import MIN_STEPS, effective_tokens
+    def losses(ratio: float) -> dict[tuple[str, float], float]:
+        return {where: choose_from_points(ratio, rows)["eval_bpb"] - best[where] for where, rows in grouped.items()}
 
-    points = [p for p in points if p["steps"] >= MIN_STEPS]
-    corpora = sorted({p["corpus"] for p in points})
-    n = np.array([p["parameters"] for p in points], float)
-    y = np.array([p["eval_bpb"] for p in points], float)
-    which = np.array([corpora.index(p["corpus"]) for p in points])
-
-    def residuals(x):
-        log_a, alpha, log_b, beta, log_r, *floors = x
-        d = np.array([effective_tokens(p["tokens"], p["train_tokens"], math.exp(log_r)) for p in points])
-        return np.array(floors)[which] + np.exp(log_a) / n**alpha + np.exp(log_b) / d**beta - y
-
-    start = [math.log(40.0), 0.3, math.log(100.0), 0.3, math.log(15.4), *[1.0] * len(corpora)]
-    lower = [-10, 0.02, -10, 0.02, 0.0, *[0.0] * len(corpora)]
-    upper = [30, ALPHA_MAX, 30, 1.5, math.log(1000.0), *[10.0] * len(corpora)]
-    fit = least_squares(residuals, start, bounds=(lower, upper))
-    log_a, alpha, log_b, beta, log_r, *floors = fit.x
-    error = -residuals(fit.x)  # (points,) measured - predicted: + where a run did worse than the rule
+    totals = [sum(losses(ratio).values()) for ratio in RATIO_GRID]
+    least = min(totals)
+    tied = [ratio for ratio, total in zip(RATIO_GRID, totals, strict=True) if total <= least + 1e-9]
+    ratio = math.sqrt(tied[0] * tied[-1])
     return {
-        "a": math.exp(log_a), "alpha": alpha, "b": math.exp(log_b), "beta": beta, "r_star": math.exp(log_r),
-        "floors": dict(zip(corpora, floors, strict=True)), "points": len(points),
-        "rms_error": float(np.sqrt(np.mean(error**2))), "max_error": float(np.max(np.abs(error))),
-        "errors": {p["key"]: float(e) for p, e in zip(points, error, strict=True)},
+        "ratio": ratio, "low": tied[0], "high": tied[-1], "places": len(grouped), "loss": least,
+        "losses": {f"{corpus}|{flops:.3g}": loss for (corpus, flops), loss in losses(ratio).items()},
     }
 
 
@@ -226,15 +235,6 @@ def settings_label(point: dict[str, Any]) -> str:
     label = f" lr x{point['lr_scale']:g}" if point["lr_scale"] != 1.0 else ""
     batch = point.get("batch", SWEEP_BATCH)
     return label + (f" batch {batch}" if batch != SWEEP_BATCH else "")
-
-
-def choose_from_points(fit: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The point the fitted rule would choose among `rows` (one corpus, one budget, each a shape):
-    the lowest A / N^alpha + B / D'^beta, as `minigpt.training.sizing.plan_run` ranks shapes."""
-    from ..training.sizing import LossRule
-
-    rule = LossRule(fit["a"], fit["alpha"], fit["b"], fit["beta"], fit["r_star"])
-    return min(rows, key=lambda p: rule.predict(p["parameters"], p["tokens"], p["train_tokens"]))
 
 
 def choice_table(
@@ -255,19 +255,19 @@ def choice_table(
                 others = [p for p in at_rule_lr if p["corpus"] != corpus]
             else:
                 others = [p for p in at_rule_lr if p["flops"] != flops]
-            if len([p for p in others if p["steps"] >= MIN_STEPS]) < 8:  # too few to fit 5 + corpora constants
+            if not any(len(rows) > 1 for rows in places(others).values()):  # nothing to fit on
                 continue
-            fit = fit_rule(others)
+            fit = fit_ratio(others)
             grid = [p for p in points if p["corpus"] == corpus and p["flops"] == flops]
             rows = [p for p in grid if at_rule_settings(p)]
             if not rows:
                 continue
             eligible = [p for p in rows if p["steps"] >= MIN_STEPS] or rows
-            chosen, best = choose_from_points(fit, eligible), min(grid, key=lambda p: p["eval_bpb"])
+            chosen, best = choose_from_points(fit["ratio"], eligible), min(grid, key=lambda p: p["eval_bpb"])
             default = next((p for p in rows if f"{p['layers']}x{p['width']}" == reference), None)
             table.append(
                 {
-                    "corpus": corpus, "flops": flops, "shapes": len({(p["layers"], p["width"]) for p in grid}),
+                    "corpus": corpus, "flops": flops, "ratio": fit["ratio"], "shapes": len({(p["layers"], p["width"]) for p in grid}),
                     "grid": len(grid),
                     "chosen": f"{chosen['layers']}x{chosen['width']}", "chosen_bpb": chosen["eval_bpb"],
                     "best": f"{best['layers']}x{best['width']}" + settings_label(best),
@@ -279,9 +279,13 @@ def choice_table(
 
 
 def points_table(points: list[dict[str, Any]], fit: dict[str, Any] | None = None) -> str:
-    """Markdown: one row per corpus and budget, one column per shape (bits/byte, steps, epochs) at the
-    rule's settings; with a fit, each cell also shows how far the rule's prediction is (+: the run
-    did worse); a place run at several seeds (`average_seeds`) shows how many and their range."""
+    """Markdown: one row per corpus and budget, one column per shape at the rule's settings: bits/byte,
+    steps, epochs and effective tokens per parameter (`TokensPerParameterRule`); with a fit, the
+    rule's choice in bold; a place run at several seeds (`average_seeds`) shows how many and their range."""
+    from ..training.sizing import TokensPerParameterRule
+
+    rule = TokensPerParameterRule(fit["ratio"]) if fit else TokensPerParameterRule(1.0)
+    chosen = {id(choose_from_points(fit["ratio"], rows)) for rows in places(points).values()} if fit else set()
     points = [p for p in points if at_rule_settings(p)]
     shapes = sorted({(p["layers"], p["width"]) for p in points})
     header = "| corpus | FLOPs | " + " | ".join(f"{layers}x{width}" for layers, width in shapes) + " |"
@@ -297,12 +301,13 @@ def points_table(points: list[dict[str, Any]], fit: dict[str, Any] | None = None
                 if point is None:
                     cells.append("-")
                     continue
-                error = f", {fit['errors'][point['key']]:+.3f}" if fit and point["key"] in fit["errors"] else ""
+                ratio = rule.tokens_per_parameter(point["parameters"], point["tokens"], point["train_tokens"])
+                bpb = f"**{point['eval_bpb']:.4f}**" if id(point) in chosen else f"{point['eval_bpb']:.4f}"
                 seeds = point.get("seed_bpb", [])
                 spread = f"; {len(seeds)} seeds {min(seeds):.4f}-{max(seeds):.4f}" if len(seeds) > 1 else ""
-                cells.append(f"{point['eval_bpb']:.4f} ({point['steps']} st, {point['epochs']:.2f} ep{error}{spread})")
+                cells.append(f"{bpb} ({point['steps']} st, {point['epochs']:.2f} ep, {ratio:.1f} t/p{spread})")
             lines.append(f"| {corpus} | {flops:.3g} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-__all__ = ["SWEEP_BATCH", "SWEEP_SEED", "SweepCorpus", "at_rule_settings", "average_seeds", "points_table", "choice_table", "choose_from_points", "corpus_facts", "fit_rule", "run_point", "shape_flops_per_token"]
+__all__ = ["SWEEP_BATCH", "SWEEP_SEED", "SweepCorpus", "at_rule_settings", "average_seeds", "points_table", "choice_table", "choose_from_points", "corpus_facts", "fit_ratio", "places", "run_point", "shape_flops_per_token"]

@@ -14,13 +14,15 @@ the run choose, once the corpus is tokenized:
   dropout   0.1 once the plan repeats the corpus (more than one epoch), else none
   max_time  a wall-clock budget's seconds left after choosing: the run ends by the budget even
             where its steps cost more than measured (its own evaluations, checkpoints, samples)
-The shape is the one whose predicted bits per byte is lowest under `LossRule`: Chinchilla's form
-(Hoffmann et al. 2022) L = E + A / N^alpha + B / D'^beta over matmul parameters N and tokens D,
-with D' the data-constrained "effective" tokens of Muennighoff et al. 2023 ("Scaling
-Data-Constrained Language Models"): repeated epochs are worth less and less, so a small corpus
-trained for long asks for a smaller model than Chinchilla's 20 tokens per parameter. E only shifts
-every shape alike (it is the corpus's own entropy); A, alpha, B, beta come from the sweeps of
-`scripts/sweep_sizes.py` (docs/research-log.md).
+The shape is the one whose training tokens per matmul parameter is nearest the rule's ratio
+(`TokensPerParameterRule`), as nanochat sizes its models (about 10.5) and Chinchilla's 20 says
+(Hoffmann et al. 2022): at a fixed budget a shape's tokens are the budget over its cost per token,
+so the ratio falls as the shape grows and one shape sits nearest. Repeated epochs count less
+(Muennighoff et al. 2023, "Scaling Data-Constrained Language Models": the effective tokens D' with
+their R* = 15.4), so a small corpus trained for long gets a smaller model than its raw tokens
+would. The ratio is fitted to the sweeps of `scripts/sweep_sizes.py`: the one whose choices lose
+least against each sweep's best shape (docs/research-log.md, 2026-12-05: it replaced a fitted
+Chinchilla loss, whose choices were too small at every larger budget).
 
 The choice is written into the run's config as plain values (`training.budget` null), so
 resolved_config.yaml repeats the run exactly without choosing again (on a slower machine, its
@@ -40,9 +42,9 @@ from ..errors import ConfigError
 
 HEAD_SIZE = 32
 # Depth x width, smallest first: a ladder of aspect ratios (width / depth 32-64) that small-model
-# sweeps favour; the default run's 4 x 128 is on it.
+# sweeps favour; the default run's 4 x 128 is on it, and every shape the sweeps ran up to 8 x 384.
 SHAPES: tuple[tuple[int, int], ...] = (
-    (2, 64), (3, 96), (4, 128), (4, 160), (5, 192), (6, 224), (6, 256), (8, 320), (8, 384),
+    (2, 64), (3, 96), (4, 128), (4, 160), (4, 192), (6, 224), (6, 256), (8, 320), (8, 384),
     (10, 448), (12, 512), (12, 640), (16, 768),
 )
 REFERENCE_WIDTH, REFERENCE_LR = 128, 4.0e-3  # the default run's width and its tuned peak LR
@@ -108,31 +110,26 @@ def effective_tokens(tokens: float, unique: float, r_star: float) -> float:
 
 
 @dataclass(frozen=True)
-class LossRule:
-    """Predicted bits per byte, less the corpus's own floor: A / N^alpha + B / D'^beta.
+class TokensPerParameterRule:
+    """Choose the shape whose effective training tokens (repeats counted less) per matmul parameter
+    is nearest `ratio`; r_star is Muennighoff et al.'s fitted R*_D, not refitted here."""
 
-    Fitted by scripts/sweep_sizes.py (docs/research-log.md, 2026-12-04); N is matmul parameters,
-    D' effective training tokens; r_star is Muennighoff et al.'s fitted R*_D, not refitted here.
-    """
-
-    a: float
-    alpha: float
-    b: float
-    beta: float
+    ratio: float
     r_star: float = 15.4
 
-    def predict(self, parameters: float, tokens: float, unique_tokens: float) -> float:
-        d = effective_tokens(tokens, unique_tokens, self.r_star)
-        return self.a / parameters**self.alpha + self.b / max(d, 1.0) ** self.beta
+    def tokens_per_parameter(self, parameters: float, tokens: float, unique_tokens: float) -> float:
+        """D' / N: a plan's effective training tokens per matmul parameter."""
+        return effective_tokens(tokens, unique_tokens, self.r_star) / parameters
+
+    def distance(self, parameters: float, tokens: float, unique_tokens: float) -> float:
+        """|ln(D'/N / ratio)|: how far a shape's ratio is from the rule's, either way (0 on it)."""
+        return abs(math.log(self.tokens_per_parameter(parameters, tokens, unique_tokens) / self.ratio))
 
 
-# The fit of the 2026-12-04 sweeps (scripts/sweep_sizes.py --fit-only: 34 places of 300+ steps on
-# three corpora, 1.1-200 MB, budgets 3e12-9.6e13 FLOPs, each place the mean of its seeds; held out:
-# C headers at 4.8e13 and 1.4e14; docs/research-log.md). Code at 9.6e13 (2026-12-05) is not in it:
-# refitting with it moved B and beta far and still chose too small a shape there, so the form, not
-# the constants, is next (research log). R* came out far below Muennighoff et al.'s 15.4: on these
-# small corpora a repeat is worth less than on theirs.
-FITTED_RULE = LossRule(a=333.87, alpha=0.6, b=377.48, beta=0.4550, r_star=2.001)
+# The ratio whose choices lose least on the sweeps of 2026-12-04/05 (scripts/sweep_sizes.py
+# --fit-only: 11 places on three corpora, 1.1-200 MB, budgets 3e12-9.6e13 FLOPs; held out: C
+# headers; docs/research-log.md). Every ratio from 6.4 to 9.1 loses as little; this is their middle.
+FITTED_RULE = TokensPerParameterRule(ratio=7.66)
 
 
 @dataclass
@@ -144,7 +141,8 @@ class Candidate:
     step_seconds: float | None = None  # measured on this machine (wall-clock budgets)
     evaluation_seconds: float = 0.0  # one evaluation's, estimated from the step (EVALUATION_SHARE)
     steps: int = 0
-    predicted: float = math.inf
+    tokens_per_parameter: float = 0.0  # effective (repeats counted less), at `steps`
+    distance: float = math.inf  # |ln| of its tokens per parameter over the rule's ratio
 
     @property
     def name(self) -> str:
@@ -168,6 +166,7 @@ class Plan:
     # the budget even where its steps run slower than measured (evaluations, checkpoints and samples
     # more often than OVERHEAD_SHARE allows for, say). None for a FLOP budget.
     max_time: float | None = None
+    rule: TokensPerParameterRule = FITTED_RULE
 
     @property
     def tokens(self) -> int:
@@ -199,11 +198,12 @@ class Plan:
 
     def lines(self) -> list[str]:
         c = self.chosen
-        runner_up = sorted(self.considered, key=lambda x: x.predicted)[1:2]
+        runner_up = sorted(self.considered, key=lambda x: x.distance)[1:2]
         if runner_up:
             why = (
-                f"lowest predicted bits/byte of {len(self.considered)} shapes "
-                f"(next: {runner_up[0].name}, {runner_up[0].predicted - c.predicted:+.3f})"
+                f"of {len(self.considered)} shapes the nearest to {self.rule.ratio:g} tokens per parameter, "
+                f"repeats counted less: {c.tokens_per_parameter:.1f} (next: {runner_up[0].name} at "
+                f"{runner_up[0].tokens_per_parameter:.1f})"
             )
         elif self.max_time is not None:  # a short wall-clock budget leaves time to measure one shape
             why = f"the only shape measured in the {CHOOSING_SHARE:.0%} of the budget that choosing may take"
@@ -234,12 +234,14 @@ class Plan:
             "learning_rate": self.learning_rate,
             "warmup_steps": self.warmup_steps,
             "hidden_dropout": self.hidden_dropout,
-            "predicted_excess_bpb": c.predicted,
+            "rule_tokens_per_parameter": self.rule.ratio,
+            "effective_tokens_per_parameter": c.tokens_per_parameter,
             "choosing_seconds": self.choosing_seconds,
             "max_time": self.max_time,
             "considered": [
                 {"shape": x.name, "parameters": x.parameters, "steps": x.steps, "step_seconds": x.step_seconds,
-                 "evaluation_seconds": x.evaluation_seconds, "predicted_excess_bpb": x.predicted}
+                 "evaluation_seconds": x.evaluation_seconds,
+                 "effective_tokens_per_parameter": x.tokens_per_parameter}
                 for x in self.considered
             ],
         }
@@ -250,11 +252,11 @@ def plan_run(
     candidates: list[Candidate],
     tokens_per_step: int,
     corpus_tokens: int,
-    rule: LossRule = FITTED_RULE,
+    rule: TokensPerParameterRule = FITTED_RULE,
     seconds_left: float | None = None,
     eval_steps: int | None = None,
 ) -> Plan:
-    """The candidate with the lowest predicted bits/byte at `budget`, and its settings.
+    """The candidate whose tokens per parameter at `budget` is nearest the rule's, and its settings.
 
     A FLOP budget gives each candidate budget / (FLOPs per token x tokens per step) steps; a
     wall-clock one `seconds_left` (the budget less what choosing took) over its measured step
@@ -273,7 +275,8 @@ def plan_run(
             continue
         if c.steps < 2 * WARMUP_MIN:  # too few steps to warm up and decay: not a plan
             continue
-        c.predicted = rule.predict(c.parameters, c.steps * tokens_per_step, corpus_tokens)
+        c.tokens_per_parameter = rule.tokens_per_parameter(c.parameters, c.steps * tokens_per_step, corpus_tokens)
+        c.distance = rule.distance(c.parameters, c.steps * tokens_per_step, corpus_tokens)
         considered.append(c)
     # Shapes the budget gives too few steps are out while any other has enough: the rule was
     # fitted on runs of at least MIN_STEPS, and every sweep run with fewer was far behind.
@@ -289,7 +292,7 @@ def plan_run(
             f"training.budget={budget.describe()} is too small to train even the smallest model for "
             f"{2 * WARMUP_MIN} steps: give it more"
         )
-    best = min(considered, key=lambda c: c.predicted)
+    best = min(considered, key=lambda c: c.distance)
     tokens = best.steps * tokens_per_step
     return Plan(
         budget=budget.describe(),
@@ -300,6 +303,7 @@ def plan_run(
         warmup_steps=warmup_steps(best.steps),
         hidden_dropout=REPEAT_DROPOUT if tokens > corpus_tokens else 0.0,
         considered=considered,
+        rule=rule,
     )
 
 
@@ -324,7 +328,7 @@ def size_run(
     tokens_per_step: int,
     accumulation: int,
     dtype,
-    rule: LossRule = FITTED_RULE,
+    rule: TokensPerParameterRule = FITTED_RULE,
     device: str | Any = "cpu",
     eval_tokens: int = 0,
 ) -> Plan:
@@ -372,8 +376,8 @@ def size_run(
                 rate = c.flops_per_token * tokens_per_step / c.step_seconds
                 for other in candidates:
                     other.steps = int(budget.seconds / (other.flops_per_token * tokens_per_step / rate))
-                    other.predicted = rule.predict(other.parameters, other.steps * tokens_per_step, corpus_tokens)
-                order = sorted((o for o in candidates if o is not reference), key=lambda o: o.predicted)
+                    other.distance = rule.distance(other.parameters, other.steps * tokens_per_step, corpus_tokens)
+                order = sorted((o for o in candidates if o is not reference), key=lambda o: o.distance)
             measured = sum(o.step_seconds is not None for o in candidates)
             if measured > MOST_MEASURED:
                 break
@@ -382,7 +386,7 @@ def size_run(
             if order and spent + max(warmup_s + timed_s, 5 * order[0].flops_per_token * tokens_per_step / rate) > allowed:
                 break
         for c in candidates:
-            c.steps, c.predicted = 0, math.inf  # estimates only ordered them: plan on measured ones
+            c.steps, c.distance = 0, math.inf  # estimates only ordered them: plan on measured ones
         # evaluations, checkpoints and samples take their share of a wall-clock budget too
         seconds_left = (budget.seconds - (time.perf_counter() - started)) * (1 - OVERHEAD_SHARE)
     plan = plan_run(budget, candidates, tokens_per_step, corpus_tokens, rule, seconds_left, run.training.eval_steps)
@@ -448,7 +452,7 @@ __all__ = [
     "SHAPES",
     "Budget",
     "Candidate",
-    "LossRule",
+    "TokensPerParameterRule",
     "Plan",
     "effective_tokens",
     "learning_rate",
