@@ -90,6 +90,7 @@ def main() -> None:
         choice_table,
         corpus_facts,
         fit_ratio,
+        ladder,
         points_table,
         run_point,
     )
@@ -121,19 +122,22 @@ def main() -> None:
     fit = fit_ratio([p for p in points if at_rule_settings(p) and p["corpus"] in args.fit_corpora])
     print(json.dumps(fit, indent=2))
     print(points_table(points, fit))
+    shapes = ladder()  # the rule chooses among the plan's shapes, run or not, as a run would
     for hold_out in ("corpus", "budget"):
         print(
-            f"\n| corpus | FLOPs | runs (shapes) | rule's choice (fitted without this {hold_out}) | grid's best "
+            f"\n| corpus | FLOPs | runs (shapes) | plan's choice (rule fitted without this {hold_out}) | grid's best "
             "| 4x128 (default) | choice - best | choice - default |"
         )
         print("|---|---:|---:|---|---|---:|---:|---:|")
-        for row in choice_table(points, hold_out=hold_out):
-            default = f"{row['default_bpb']:.4f}" if row["default_bpb"] is not None else "-"
-            versus = f"{row['chosen_bpb'] - row['default_bpb']:+.4f}" if row["default_bpb"] is not None else "-"
+        for row in choice_table(points, hold_out=hold_out, shapes=shapes):
+            chosen, default = row["chosen_bpb"], row["default_bpb"]
             print(
                 f"| {row['corpus']} | {row['flops']:.3g} | {row['grid']} ({row['shapes']}) | {row['chosen']} "
-                f"{row['chosen_bpb']:.4f} | {row['best']} {row['best_bpb']:.4f} | {default} "
-                f"| {row['chosen_bpb'] - row['best_bpb']:+.4f} | {versus} |"
+                + (f"{chosen:.4f}" if chosen is not None else "(not run)")
+                + f" | {row['best']} {row['best_bpb']:.4f} | "
+                + (f"{default:.4f}" if default is not None else "-")
+                + " | " + (f"{chosen - row['best_bpb']:+.4f}" if chosen is not None else "-")
+                + " | " + (f"{chosen - default:+.4f}" if chosen is not None and default is not None else "-") + " |"
             )
 
 

@@ -105,6 +105,24 @@ def test_held_out_choices_match_the_truth_and_the_grid_counts_every_learning_rat
         assert row["default_bpb"] == default["eval_bpb"]
 
 
+def test_with_the_plans_shapes_the_choice_is_the_plans_and_one_not_run_says_so():
+    """`choice_table(shapes=...)` chooses as `sizing.plan_run` does among every shape a plan weighs:
+    on the grid's own shapes it agrees with the choice among the points; a shape the grid never
+    ran that the plan takes shows no result rather than the nearest run one's."""
+    points = synthetic_points()
+    shapes = [(layers, width, n, 6.0 * n) for (layers, width), n in SHAPES.items()]
+    plain = choice_table(points, hold_out="budget")
+    assert [(r["chosen"], r["chosen_bpb"]) for r in choice_table(points, hold_out="budget", shapes=shapes)] == [
+        (r["chosen"], r["chosen_bpb"]) for r in plain
+    ]
+    between = int(math.sqrt(4.8e13 / (6 * TRUE_RATIO)))  # TRUE_RATIO tokens per parameter at 4.8e13 FLOPs
+    table = choice_table(points, hold_out="budget", shapes=[*shapes, (4, 144, between, 6.0 * between)])
+    not_run = [r for r in table if r["chosen"] == "4x144"]
+    assert ("large", 4.8e13) in {(r["corpus"], r["flops"]) for r in not_run}
+    assert all(r["chosen_bpb"] is None for r in not_run)
+    assert all((r["chosen"], r["chosen_bpb"]) == (q["chosen"], q["chosen_bpb"]) for r, q in zip(table, plain, strict=True) if r not in not_run)
+
+
 def test_a_fit_that_never_saw_the_held_out_corpus_is_another_fit():
     """Held out means held out: a corpus whose smallest shape does far better at one budget pulls the
     ratio up when let in; held out, its row is chosen by the others' ratio, which that corpus would not give."""

@@ -237,14 +237,34 @@ def settings_label(point: dict[str, Any]) -> str:
     return label + (f" batch {batch}" if batch != SWEEP_BATCH else "")
 
 
+def ladder(vocab: int = 2048, block_size: int = 128) -> list[tuple[int, int, int, float]]:
+    """(layers, width, matmul parameters, FLOPs per token) of each shape a plan weighs (`sizing.SHAPES`),
+    at the sweeps' vocabulary (the default config's) and block size."""
+    from ..training.sizing import SHAPES
+
+    return [(layers, width, *shape_flops_per_token(layers, width, vocab, block_size)) for layers, width in SHAPES]
+
+
+def plan_choice(ratio: float, flops: float, train_tokens: int, shapes: list[tuple[int, int, int, float]]) -> str:
+    """`LAYERSxWIDTH` that `sizing.plan_run` chooses among `shapes` (`ladder()`) at a FLOP budget."""
+    from ..training.sizing import Budget, Candidate, TokensPerParameterRule, plan_run
+
+    candidates = [Candidate(layers, width, parameters, per_token) for layers, width, parameters, per_token in shapes]
+    plan = plan_run(Budget(flops=flops), candidates, SWEEP_BATCH * 128, train_tokens, TokensPerParameterRule(ratio))
+    return f"{plan.chosen.layers}x{plan.chosen.width}"
+
+
 def choice_table(
-    points: list[dict[str, Any]], reference: str = "4x128", hold_out: str = "corpus"
+    points: list[dict[str, Any]], reference: str = "4x128", hold_out: str = "corpus",
+    shapes: list[tuple[int, int, int, float]] | None = None,
 ) -> list[dict[str, Any]]:
     """For each corpus and budget: the rule's choice when fitted WITHOUT that corpus (`hold_out`
     "corpus") or without that budget's points on any corpus ("budget"), the grid's best (every
     shape and learning rate run there), and the reference shape's (the default run's model, at the
     rule's learning rate) result at that budget. The rule is fitted on, and chooses among, points at
-    its own learning rate (`lr_scale` 1) and batch with at least MIN_STEPS steps, as a plan does."""
+    its own learning rate (`lr_scale` 1) and batch with at least MIN_STEPS steps, as a plan does.
+    With `shapes` (`ladder()`) the choice is the plan's among them, as a run would make it: where
+    the grid did not run that shape, its `chosen_bpb` is None."""
     from ..training.sizing import MIN_STEPS
 
     at_rule_lr = [p for p in points if at_rule_settings(p)]
@@ -264,12 +284,16 @@ def choice_table(
                 continue
             eligible = [p for p in rows if p["steps"] >= MIN_STEPS] or rows
             chosen, best = choose_from_points(fit["ratio"], eligible), min(grid, key=lambda p: p["eval_bpb"])
+            name = f"{chosen['layers']}x{chosen['width']}"
+            if shapes is not None:
+                name = plan_choice(fit["ratio"], flops, rows[0]["train_tokens"], shapes)
+                chosen = next((p for p in rows if f"{p['layers']}x{p['width']}" == name), {"eval_bpb": None})
             default = next((p for p in rows if f"{p['layers']}x{p['width']}" == reference), None)
             table.append(
                 {
                     "corpus": corpus, "flops": flops, "ratio": fit["ratio"], "shapes": len({(p["layers"], p["width"]) for p in grid}),
                     "grid": len(grid),
-                    "chosen": f"{chosen['layers']}x{chosen['width']}", "chosen_bpb": chosen["eval_bpb"],
+                    "chosen": name, "chosen_bpb": chosen["eval_bpb"],
                     "best": f"{best['layers']}x{best['width']}" + settings_label(best),
                     "best_bpb": best["eval_bpb"],
                     "default_bpb": default["eval_bpb"] if default else None,
@@ -310,4 +334,4 @@ def points_table(points: list[dict[str, Any]], fit: dict[str, Any] | None = None
     return "\n".join(lines)
 
 
-__all__ = ["SWEEP_BATCH", "SWEEP_SEED", "SweepCorpus", "at_rule_settings", "average_seeds", "points_table", "choice_table", "choose_from_points", "corpus_facts", "fit_ratio", "places", "run_point", "shape_flops_per_token"]
+__all__ = ["SWEEP_BATCH", "SWEEP_SEED", "SweepCorpus", "at_rule_settings", "average_seeds", "points_table", "choice_table", "choose_from_points", "corpus_facts", "fit_ratio", "ladder", "places", "plan_choice", "run_point", "shape_flops_per_token"]
