@@ -283,11 +283,13 @@ def choice_table(
             if not rows:
                 continue
             eligible = [p for p in rows if p["steps"] >= MIN_STEPS] or rows
-            chosen, best = choose_from_points(fit["ratio"], eligible), min(grid, key=lambda p: p["eval_bpb"])
-            name = f"{chosen['layers']}x{chosen['width']}"
-            if shapes is not None:
+            if shapes is None:
+                chosen = choose_from_points(fit["ratio"], eligible)
+                name = f"{chosen['layers']}x{chosen['width']}"
+            else:
                 name = plan_choice(fit["ratio"], flops, rows[0]["train_tokens"], shapes)
                 chosen = next((p for p in rows if f"{p['layers']}x{p['width']}" == name), {"eval_bpb": None})
+            best = min(grid, key=lambda p: p["eval_bpb"])
             default = next((p for p in rows if f"{p['layers']}x{p['width']}" == reference), None)
             table.append(
                 {
@@ -306,9 +308,9 @@ def points_table(points: list[dict[str, Any]], fit: dict[str, Any] | None = None
     """Markdown: one row per corpus and budget, one column per shape at the rule's settings: bits/byte,
     steps, epochs and effective tokens per parameter (`TokensPerParameterRule`); with a fit, the
     rule's choice in bold; a place run at several seeds (`average_seeds`) shows how many and their range."""
-    from ..training.sizing import TokensPerParameterRule
+    from ..training.sizing import FITTED_RULE
 
-    rule = TokensPerParameterRule(fit["ratio"]) if fit else TokensPerParameterRule(1.0)
+    rule = FITTED_RULE  # its R*: a shape's tokens per parameter does not depend on the ratio
     chosen = {id(choose_from_points(fit["ratio"], rows)) for rows in places(points).values()} if fit else set()
     points = [p for p in points if at_rule_settings(p)]
     shapes = sorted({(p["layers"], p["width"]) for p in points})
