@@ -38,6 +38,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--batches", type=int, nargs="+", default=[8], help="blocks a step (8: the plan's; others join the grid, not the fit)")
     parser.add_argument("--code-mb", type=float, default=200.0)
     parser.add_argument("--seed", type=int, default=1337, help="training.seed; another than 1337 repeats points (the fit takes each point's mean over its seeds)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads a point (default: one a core); 1 to run two sweeps side by side")
     parser.add_argument("--fit-only", action="store_true", help="only fit the rule to --results")
     parser.add_argument(
         "--fit-corpora", nargs="+", default=["shakespeare", "prose", "code"],
@@ -106,7 +107,7 @@ def main() -> None:
                     for scale, batch in ((s, b) for s in args.lr_scales for b in args.batches):
                         point = run_point(
                             corpus, facts, layers, width, flops, scale, args.workdir, args.results, batch=batch,
-                            seed=args.seed,
+                            seed=args.seed, threads=args.threads,
                         )
                         if point:
                             print(

@@ -185,7 +185,7 @@ def test_a_sweep_point_is_a_real_run_recorded_once_with_its_loss_curve(tmp_path)
     assert facts["vocab"] == 2048 and facts["train_tokens"] == 346_969  # the default config's tokenizer and split
     parameters, per_token = shape_flops_per_token(2, 64, facts["vocab"], 128)
     results, flops = tmp_path / "points.jsonl", per_token * 1024 * 30.5  # 30 steps of 1024 tokens
-    point = run_point(corpus, facts, 2, 64, flops, 1.0, tmp_path, results)
+    point = run_point(corpus, facts, 2, 64, flops, 1.0, tmp_path, results, threads=1)  # a core, as side by side
     assert point["steps"] == 30 and point["tokens"] == 30 * 1024 and point["parameters"] == parameters
     assert point["key"] == f"shakespeare|{flops:.3g}|2x64|1" and point["batch"] == 8
     assert 2.0 < point["eval_bpb"] < 8.0 and point["dropout"] == 0.0  # 30 steps: under one epoch

@@ -108,10 +108,13 @@ def done_keys(results: Path) -> set[str]:
 def run_point(
     corpus: SweepCorpus, facts: dict[str, int], layers: int, width: int, flops: float, lr_scale: float,
     workdir: Path, results: Path, batch: int = SWEEP_BATCH, block_size: int = 128, seed: int = SWEEP_SEED,
+    threads: int | None = None,
 ) -> dict[str, Any] | None:
     """One shape at one budget: trains it and appends its result; None when done before. Another
     `seed` than SWEEP_SEED repeats a point to measure its spread (keyed apart; `average_seeds` takes their mean);
-    another `batch` (blocks a step) than SWEEP_BATCH is a point of the grid the rule does not choose from."""
+    another `batch` (blocks a step) than SWEEP_BATCH is a point of the grid the rule does not choose from.
+    `threads` (hardware.torch_num_threads) lets two sweeps share a machine a core each; the point's
+    result does not depend on it (its budget is FLOPs)."""
     from ..training.sizing import REPEAT_DROPOUT, learning_rate
 
     key = f"{corpus.name}|{flops:.3g}|{layers}x{width}|{lr_scale:g}" + (f"|b{batch}" if batch != SWEEP_BATCH else "")
@@ -132,6 +135,7 @@ def run_point(
         *point_overrides(layers, width, steps, lr, dropout, out),
         f"training.seed={seed}",
         f"hardware.per_device_train_batch_size={batch}",
+        *([f"hardware.torch_num_threads={threads}"] if threads else []),
     ]
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT)
