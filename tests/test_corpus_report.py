@@ -261,14 +261,21 @@ def report_of(train_tokens: int) -> CorpusReport:
 
 
 def test_the_plan_gives_epochs_and_tokens_per_parameter_and_warns_past_four_epochs():
-    within = report_of(1_000_000).with_plan(tokens=3_000_000, parameters=150_000)
-    assert within.plan == {"tokens": 3_000_000, "parameters": 150_000, "epochs": 3.0, "tokens_per_parameter": 20.0}
+    within = report_of(1_000_000).with_plan(
+        tokens=3_000_000, parameters=150_000, tokens_per_parameter=19.5, rule_tokens_per_parameter=7.18
+    )
+    assert within.plan == {
+        "tokens": 3_000_000, "parameters": 150_000, "epochs": 3.0, "tokens_per_parameter": 19.5,
+        "rule_tokens_per_parameter": 7.18,
+    }
     assert within.lines()[-1] == (
-        "plan: 3,000,000 tokens = 3.00 epochs of the 1,000,000 training tokens, 20.00 tokens per parameter "
-        "(150,000 parameters; about 20 is compute-optimal, Hoffmann et al. 2022)"
+        "plan: 3,000,000 tokens = 3.00 epochs of the 1,000,000 training tokens, 19.50 tokens per parameter, "
+        "repeats counted less (150,000 matmul parameters; a sized run aims at 7.18)"
     )
     assert within.warnings() == []
-    beyond = report_of(1_000_000).with_plan(tokens=9_000_000, parameters=150_000)
+    beyond = report_of(1_000_000).with_plan(
+        tokens=9_000_000, parameters=150_000, tokens_per_parameter=45.0, rule_tokens_per_parameter=7.18
+    )
     assert beyond.warnings() == [
         "the plan trains 9.00 epochs of the training tokens: past about 4, repeated tokens are worth ever less than "
         "new ones (Muennighoff et al. 2023); more text would be worth more than these passes"

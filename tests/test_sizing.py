@@ -81,7 +81,7 @@ def test_a_wall_clock_plan_divides_the_seconds_left_by_measured_steps():
     plan.max_time = 59.0
     shape, tokens, why = plan.lines()  # one shape measured: the plan says so, not "of 1 shapes"
     assert why.startswith("plan: the only shape measured in the 5% of the budget that choosing may take")
-    assert "1.02M tokens = 1.02 epochs of 1.00M, 1.02 tokens per parameter" in tokens  # as the corpus report's
+    assert "1.02M tokens = 1.02 epochs of 1.00M, 1.02 tokens per parameter, repeats counted less" in tokens
 
 
 def test_a_wall_clock_plan_leaves_time_for_its_evaluations():
@@ -129,7 +129,7 @@ def test_a_budgeted_run_writes_its_choice_as_plain_values_and_resumes_with_it(tm
     overrides = small_run_overrides(folder, corpus, "training.budget=2e10 flops", "training.save_steps=10", "training.save_total_limit=null")
     result = run_training(load_run_config("configs/smoke.yaml", overrides))
     out = capsys.readouterr().out
-    assert "plan for 2e+10 FLOPs: " in out and " tokens per parameter; lr " in out
+    assert "plan for 2e+10 FLOPs: " in out and " tokens per parameter, repeats counted less; lr " in out
     assert " tokens (the config's batch)" in out  # the plan does not choose the batch, and says so
     plan = json.loads((folder / "plan.json").read_text())
     resolved = yaml.safe_load((folder / "resolved_config.yaml").read_text())

@@ -6,7 +6,7 @@ blocks reads it, no text is scanned again. It holds, per split, documents, bytes
 per token; the exact and near-duplicate documents within the training split (`duplicates.py`);
 and the validation documents that copy a training document, which make validation flatter the
 model. Training adds its plan (`with_plan`): the epochs and tokens per parameter the run's steps
-imply. A run prints `lines()` at its start and writes the report into its folder.
+imply, in the sizing rule's terms (training/sizing.py: effective tokens per matmul parameter). A run prints `lines()` at its start and writes the report into its folder.
 
 Bounded: at most `data.report_max_documents` documents and REPORT_MAX_BYTES of their text are
 compared, drawn by `data.seed` across each split (each document up to its first PREFIX_CHARS
@@ -58,7 +58,7 @@ class CorpusReport:
     validation_in_train: dict[str, Any]  # validation documents: compared, exact, near (copies of training ones)
     sample: dict[str, Any]  # whole (bool: every document compared), max_documents, max_bytes, seed, version
     dedup: dict[str, Any] | None = None  # what data.dedup removed before this (sources.RawCorpus.dedup)
-    plan: dict[str, Any] | None = None  # with_plan: tokens, parameters, epochs, tokens_per_parameter
+    plan: dict[str, Any] | None = None  # with_plan: tokens, parameters, epochs, tokens_per_parameter, rule_tokens_per_parameter
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -72,10 +72,18 @@ class CorpusReport:
         """Validation documents (compared) that copy a training document."""
         return self.validation_in_train["exact"] + self.validation_in_train["near"]
 
-    def with_plan(self, tokens: int, parameters: int) -> CorpusReport:
-        """The report with a training plan of `tokens` tokens for a model of `parameters`."""
+    def with_plan(
+        self, tokens: int, parameters: int, tokens_per_parameter: float, rule_tokens_per_parameter: float
+    ) -> CorpusReport:
+        """The report with a training plan of `tokens` tokens for a model of `parameters` matmul
+        parameters: `tokens_per_parameter` its effective tokens (repeats counted less) per parameter,
+        `rule_tokens_per_parameter` the ratio a sized run aims at (both the sizing rule's, which
+        training owns)."""
         epochs = tokens / max(self.train["tokens"], 1)
-        plan = {"tokens": tokens, "parameters": parameters, "epochs": epochs, "tokens_per_parameter": tokens / parameters}
+        plan = {
+            "tokens": tokens, "parameters": parameters, "epochs": epochs, "tokens_per_parameter": tokens_per_parameter,
+            "rule_tokens_per_parameter": rule_tokens_per_parameter,
+        }
         return dataclasses.replace(self, plan=plan)
 
     def lines(self) -> list[str]:
@@ -90,8 +98,8 @@ class CorpusReport:
             p = self.plan
             lines.append(
                 f"plan: {p['tokens']:,} tokens = {p['epochs']:.2f} epochs of the {self.train['tokens']:,} training tokens, "
-                f"{p['tokens_per_parameter']:.2f} tokens per parameter ({p['parameters']:,} parameters; about 20 is "
-                "compute-optimal, Hoffmann et al. 2022)"
+                f"{p['tokens_per_parameter']:.2f} tokens per parameter, repeats counted less ({p['parameters']:,} matmul "
+                f"parameters; a sized run aims at {p['rule_tokens_per_parameter']:.2f})"
             )
         return lines + [f"warning: {warning}" for warning in self.warnings()]
 

@@ -72,6 +72,7 @@ from .callbacks import (
     StopTrainingCallback,
     ThroughputMeter,
     flops_per_token,
+    matmul_parameter_count,
 )
 from .checkpoints import (
     CompleteCheckpointCallback,
@@ -466,7 +467,7 @@ def _announce(
             json.dump(start.plan.record(), handle, indent=2)
     print(describe_run(run, model, args, data.description, trainer.peak_flops), flush=True)
     if data.report is not None:  # the corpus, and the epochs and tokens per parameter this plan makes of it
-        report_corpus(data.report, run, sum(p.numel() for p in model.parameters()), args.world_size)
+        report_corpus(data.report, run, matmul_parameter_count(model, model.config), args.world_size)
     if start.base is not None:
         print(
             f"starting from {start.base.name} ({start.base.model_type}): "

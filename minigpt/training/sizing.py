@@ -213,7 +213,7 @@ class Plan:
             f"plan for {self.budget}: {c.name} model ({c.width // HEAD_SIZE} heads), {c.parameters / 1e6:.2f}M "
             f"matmul parameters, {c.steps:,} steps of {self.tokens_per_step:,} tokens (the config's batch)",
             f"plan: {self.tokens / 1e6:.2f}M tokens = {self.epochs:.2f} epochs of {self.corpus_tokens / 1e6:.2f}M, "
-            f"{self.tokens / c.parameters:.2f} tokens per parameter; lr {self.learning_rate:.2e}, warmup "
+            f"{c.tokens_per_parameter:.2f} tokens per parameter, repeats counted less; lr {self.learning_rate:.2e}, warmup "
             f"{self.warmup_steps}, dropout {self.hidden_dropout:g}",
             f"plan: {why}; choosing took {self.choosing_seconds:.1f} s",
         ]
