@@ -6,7 +6,8 @@ blocks reads it, no text is scanned again. It holds, per split, documents, bytes
 per token; the exact and near-duplicate documents within the training split (`duplicates.py`);
 and the validation documents that copy a training document, which make validation flatter the
 model. Training adds its plan (`with_plan`): the epochs and tokens per parameter the run's steps
-imply, in the sizing rule's terms (training/sizing.py: effective tokens per matmul parameter). A run prints `lines()` at its start and writes the report into its folder.
+imply, in the sizing rule's terms (training/sizing.py: effective tokens per matmul parameter). A
+run prints `lines()` at its start and writes the report into its folder.
 
 Bounded: at most `data.report_max_documents` documents and REPORT_MAX_BYTES of their text are
 compared, drawn by `data.seed` across each split (each document up to its first PREFIX_CHARS
