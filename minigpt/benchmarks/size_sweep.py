@@ -20,6 +20,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..training.sizing import (
+    FITTED_RULE,
+    HEAD_SIZE,
+    MIN_STEPS,
+    REPEAT_DROPOUT,
+    SHAPES,
+    Budget,
+    Candidate,
+    TokensPerParameterRule,
+    learning_rate,
+    plan_run,
+    warmup_steps,
+)
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TRAIN_SCRIPT = REPO_ROOT / "scripts" / "train.py"
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "shakespeare.yaml"
@@ -57,8 +71,6 @@ def common_overrides(corpus: SweepCorpus, workdir: Path) -> tuple[str, ...]:
 
 
 def point_overrides(layers: int, width: int, steps: int, lr: float, dropout: float, out: Path) -> list[str]:
-    from ..training.sizing import HEAD_SIZE, warmup_steps
-
     return [
         f"model.num_hidden_layers={layers}",
         f"model.hidden_size={width}",
@@ -87,7 +99,6 @@ def shape_flops_per_token(layers: int, width: int, vocab: int, block_size: int) 
     from ..model import MiniGPTConfig, MiniGPTForCausalLM
     from ..training.callbacks import flops_per_token, matmul_parameter_count
     from ..training.run_config import load_run_config
-    from ..training.sizing import HEAD_SIZE
 
     run = load_run_config(
         DEFAULT_CONFIG,
@@ -115,8 +126,6 @@ def run_point(
     another `batch` (blocks a step) than SWEEP_BATCH is a point of the grid the rule does not choose from.
     `threads` (hardware.torch_num_threads) lets two sweeps share a machine a core each; the point's
     result does not depend on it (its budget is FLOPs)."""
-    from ..training.sizing import REPEAT_DROPOUT, learning_rate
-
     key = f"{corpus.name}|{flops:.3g}|{layers}x{width}|{lr_scale:g}" + (f"|b{batch}" if batch != SWEEP_BATCH else "")
     key += f"|s{seed}" if seed != SWEEP_SEED else ""
     tokens_per_step = batch * block_size
@@ -186,8 +195,6 @@ RATIO_GRID = tuple(2 ** (i / 16) for i in range(16 * 7))
 
 def places(points: list[dict[str, Any]]) -> dict[tuple[str, float], list[dict[str, Any]]]:
     """The points of each (corpus, budget) that the rule chooses among: at its settings, MIN_STEPS+ steps."""
-    from ..training.sizing import MIN_STEPS
-
     grouped: dict[tuple[str, float], list[dict[str, Any]]] = {}
     for p in points:
         if at_rule_settings(p) and p["steps"] >= MIN_STEPS:
@@ -198,8 +205,6 @@ def places(points: list[dict[str, Any]]) -> dict[tuple[str, float], list[dict[st
 def choose_from_points(ratio: float, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The point the rule of `ratio` would choose among `rows` (one corpus, one budget, each a shape):
     the tokens per parameter nearest it, as `minigpt.training.sizing.plan_run` ranks shapes."""
-    from ..training.sizing import TokensPerParameterRule
-
     rule = TokensPerParameterRule(ratio)
     return min(rows, key=lambda p: rule.distance(p["parameters"], p["tokens"], p["train_tokens"]))
 
@@ -244,15 +249,11 @@ def settings_label(point: dict[str, Any]) -> str:
 def ladder(vocab: int = 2048, block_size: int = 128) -> list[tuple[int, int, int, float]]:
     """(layers, width, matmul parameters, FLOPs per token) of each shape a plan weighs (`sizing.SHAPES`),
     at the sweeps' vocabulary (the default config's) and block size."""
-    from ..training.sizing import SHAPES
-
     return [(layers, width, *shape_flops_per_token(layers, width, vocab, block_size)) for layers, width in SHAPES]
 
 
 def plan_choice(ratio: float, flops: float, train_tokens: int, shapes: list[tuple[int, int, int, float]]) -> str:
     """`LAYERSxWIDTH` that `sizing.plan_run` chooses among `shapes` (`ladder()`) at a FLOP budget."""
-    from ..training.sizing import Budget, Candidate, TokensPerParameterRule, plan_run
-
     candidates = [Candidate(layers, width, parameters, per_token) for layers, width, parameters, per_token in shapes]
     plan = plan_run(Budget(flops=flops), candidates, SWEEP_BATCH * 128, train_tokens, TokensPerParameterRule(ratio))
     return f"{plan.chosen.layers}x{plan.chosen.width}"
@@ -269,8 +270,6 @@ def choice_table(
     its own learning rate (`lr_scale` 1) and batch with at least MIN_STEPS steps, as a plan does.
     With `shapes` (`ladder()`) the choice is the plan's among them, as a run would make it: where
     the grid did not run that shape, its `chosen_bpb` is None."""
-    from ..training.sizing import MIN_STEPS
-
     at_rule_lr = [p for p in points if at_rule_settings(p)]
     table = []
     for corpus in sorted({p["corpus"] for p in points}):
@@ -312,8 +311,6 @@ def points_table(points: list[dict[str, Any]], fit: dict[str, Any] | None = None
     """Markdown: one row per corpus and budget, one column per shape at the rule's settings: bits/byte,
     steps, epochs and effective tokens per parameter (`TokensPerParameterRule`); with a fit, the
     rule's choice in bold; a place run at several seeds (`average_seeds`) shows how many and their range."""
-    from ..training.sizing import FITTED_RULE
-
     rule = FITTED_RULE  # its R*: a shape's tokens per parameter does not depend on the ratio
     chosen = {id(choose_from_points(fit["ratio"], rows)) for rows in places(points).values()} if fit else set()
     points = [p for p in points if at_rule_settings(p)]
