@@ -492,10 +492,15 @@ def test_chat_tab_streams_a_reply_stops_continues_and_resets(page, workdir):
     page.locator("#chat-model input").fill(str(folder))
     page.locator("#chat-model input").press("Enter")
     page.get_by_text("Sampling").click()
-    page.fill("#chat-temperature input", "0")
-    page.fill("#chat-max-new-tokens input", "960")
+    for field, value in (("#chat-temperature input", "0"), ("#chat-max-new-tokens input", "960")):
+        box = page.locator(field)  # in the accordion just opened: filled once it shows, then checked
+        expect(box).to_be_visible()
+        box.fill(value)
+        box.blur()
+        expect(box).to_have_value(value)
     page.fill("#chat-system textarea", "You are Juliet.")
     page.fill("#chat-input textarea", "Good morrow")
+    expect(page.locator("#chat-temperature input")).to_have_value("0")  # greedy: the reply is checked below
     page.locator("#chat-input textarea").press("Enter")
 
     # Streamed: the reply shows while it is being written; Stop ends it there.
