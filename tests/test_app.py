@@ -493,8 +493,7 @@ def test_chat_tab_streams_a_reply_stops_continues_and_resets(page, workdir):
     page.locator("#chat-model input").press("Enter")
     page.get_by_text("Sampling").click()
     for field, value in (("#chat-temperature input", "0"), ("#chat-max-new-tokens input", "960")):
-        box = page.locator(field)  # in the accordion just opened: filled once it shows, then checked
-        expect(box).to_be_visible()
+        box = page.locator(field)  # in the accordion just opened: filled (fill waits for it), committed, checked
         box.fill(value)
         box.blur()
         expect(box).to_have_value(value)

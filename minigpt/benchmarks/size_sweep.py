@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import subprocess
 import sys
 import time
@@ -163,14 +164,8 @@ def run_point(
     curves = workdir / "curves"  # the loss curve outlives the run's folder: a spike shows there
     curves.mkdir(parents=True, exist_ok=True)
     (out / "metrics.jsonl").replace(curves / f"{out.name}.jsonl")
-    shutil_rmtree(out)
+    shutil.rmtree(out, ignore_errors=True)
     return record
-
-
-def shutil_rmtree(path: Path) -> None:
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def average_seeds(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
