@@ -43,6 +43,7 @@ GENERATE_MESSAGE = "#generate-message [data-testid=markdown]"
 CHAT_MESSAGE = "#chat-message [data-testid=markdown]"
 CHAT_USER = "#chat-history [data-testid=user]"  # the conversation's messages, by role
 CHAT_BOT = "#chat-history [data-testid=bot]"
+FILL_TRIES, FILL_SETTLE_MS = 5, 300  # a lost fill was undone within 10 ms of typing
 UI_TIMEOUT_MS = 60_000  # the longest a page waits for the run (2 busy cores, shared with other tests)
 
 
@@ -246,8 +247,6 @@ class ConnectionRecorder:
         self.socket.close()
 
 
-
-
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("app")
@@ -329,6 +328,21 @@ def press(page, button: str, config: str, overrides: str) -> None:
     page.locator("#config input").press("Enter")
     page.fill("#overrides textarea", overrides)
     page.click(button)
+
+
+def fill_until_kept(page, selector: str, value: str, commit: str | None = None) -> None:
+    """Fill a field of a tab or accordion that was just drawn, commit it (press `commit`, or leave the
+    field), and fill it again until it keeps the value. Gradio can give such a field its value a few
+    milliseconds after the test typed into it, which undoes the typing: seen beside two busy cores,
+    never by a person, who cannot type that fast. The pause lets the tab finish drawing too."""
+    box = page.locator(selector)
+    for _ in range(FILL_TRIES):
+        box.fill(value)
+        box.press(commit) if commit else box.blur()
+        page.wait_for_timeout(FILL_SETTLE_MS)
+        if box.input_value() == value:
+            return
+    expect(box).to_have_value(value)
 
 
 def shown_step(page) -> int:
@@ -489,14 +503,10 @@ def test_chat_tab_streams_a_reply_stops_continues_and_resets(page, workdir):
     )  # replies of seconds: Stop lands midway
     folder = save_model(workdir / "chat-model", model, tokenizer)
     page.get_by_role("tab", name="Chat").click()
-    page.locator("#chat-model input").fill(str(folder))
-    page.locator("#chat-model input").press("Enter")
+    fill_until_kept(page, "#chat-model input", str(folder), commit="Enter")  # in the tab just drawn
     page.get_by_text("Sampling").click()
-    for field, value in (("#chat-temperature input", "0"), ("#chat-max-new-tokens input", "960")):
-        box = page.locator(field)  # in the accordion just opened: filled (fill waits for it), committed, checked
-        box.fill(value)
-        box.blur()
-        expect(box).to_have_value(value)
+    fill_until_kept(page, "#chat-temperature input", "0")  # in the accordion just drawn
+    fill_until_kept(page, "#chat-max-new-tokens input", "960")
     page.fill("#chat-system textarea", "You are Juliet.")
     page.fill("#chat-input textarea", "Good morrow")
     expect(page.locator("#chat-temperature input")).to_have_value("0")  # greedy: the reply is checked below
