@@ -13,7 +13,6 @@ The package is laid out by pipeline stage, each importing only the stages below 
     evaluation   loss, perplexity and bits per byte of a trained model
     app/         the web app on the training API
     serving/     OpenAI-compatible servers on exports: transformers serve, llama.cpp (scripts/serve.py)
-    benchmarks/  speed and quality against GPT-2 and a plain loop (scripts/benchmark.py)
 
 The names below are imported on first use, so `import minigpt` imports nothing heavy (no torch),
 sleeps nowhere and changes nothing in the process or its environment; loading a run config never

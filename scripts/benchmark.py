@@ -33,11 +33,14 @@ import argparse
 import dataclasses
 import json
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
-from minigpt.benchmarks.spread import format_spread  # no torch: --help and config errors stay fast
-from minigpt.benchmarks.training_speed import GPT2_CPU_SETTINGS, GPT2_STOCK, OWN_PRECISION  # no torch either
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: beside the package, not in the wheel
+
+from benchmarks.spread import format_spread  # no torch: --help and config errors stay fast
+from benchmarks.training_speed import GPT2_CPU_SETTINGS, GPT2_STOCK, OWN_PRECISION  # no torch either
 from minigpt.errors import run_cli
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -113,12 +116,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def measure(args: argparse.Namespace, workdir: Path) -> dict:
-    from minigpt.benchmarks.data_speed import compare_data
-    from minigpt.benchmarks.default_run import time_default_run
-    from minigpt.benchmarks.generation_speed import GenerationBenchmark, compare_generation
-    from minigpt.benchmarks.machine import describe_machine, load_average
-    from minigpt.benchmarks.quality import compare_quality
-    from minigpt.benchmarks.training_speed import CONTENDERS, TrainingBenchmark, compare_training
+    from benchmarks.data_speed import compare_data
+    from benchmarks.default_run import time_default_run
+    from benchmarks.generation_speed import GenerationBenchmark, compare_generation
+    from benchmarks.machine import describe_machine, load_average
+    from benchmarks.quality import compare_quality
+    from benchmarks.training_speed import CONTENDERS, TrainingBenchmark, compare_training
     from minigpt.training.hardware import apply_process_settings
     from minigpt.training.run_config import load_run_config
 
@@ -221,7 +224,7 @@ def print_results(results: dict) -> None:
 def table_rows(results: dict) -> list[list[str]]:
     """[what, value, ratio] rows shared by the terminal table and the markdown one; a timed value
     reads "median (min-max)" over its repeats."""
-    from minigpt.benchmarks.machine import describe_flags  # imports torch
+    from benchmarks.machine import describe_flags  # imports torch
 
     rows = [["", "value", "ratio"]]
     machine = results["machine"]

@@ -11,7 +11,7 @@ Default: Tiny Shakespeare repeated to each size in a work folder (deleted at the
 < 5% of cold, peak memory < 2 GB and flat in corpus size.
 
 --python-corpus: this environment's Python sources (every *.py of site-packages, flat in one
-folder; `minigpt.benchmarks.python_corpus`) cut to each size in MB (60 235 1000; none: all of them
+folder; `benchmarks.python_corpus`) cut to each size in MB (60 235 1000; none: all of them
 once; past their size, copies under new names), a tokenizer trained on each, then the contenders:
 raw encoding, raw BPE training, transformers' run_clm.py recipe, the project's first run (cold),
 with the tokenizer reused (prepare), cached, and the seconds to a training run's first step; wall
@@ -22,11 +22,11 @@ time and peak memory of each, and how the peaks grow with the corpus.
 the same validation split.
 
 --corpus-report: JSON lines of about MB each of Tiny Shakespeare lines drawn into documents, with
-5% exact and 5% near copies planted (`minigpt.benchmarks.report_speed`); the corpus report's
+5% exact and 5% near copies planted (`benchmarks.report_speed`); the corpus report's
 comparison of documents (its bounded sample) and data.dedup over every document, each in a fresh
 process: wall time, peak memory, and what each found against what was planted.
 
-See minigpt/benchmarks/data_speed.py; the run's own corpus, in process: `scripts/benchmark.py --only data`.
+See benchmarks/data_speed.py; the run's own corpus, in process: `scripts/benchmark.py --only data`.
 """
 
 from __future__ import annotations
@@ -34,8 +34,11 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: beside the package, not in the wheel
 
 from minigpt.errors import ConfigError, run_cli
 
@@ -83,7 +86,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from minigpt.benchmarks import data_speed
+    from benchmarks import data_speed
 
     args = parse_args(argv)
     python = args.python_corpus is not None or args.tokenizer_samples is not None
@@ -99,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.corpus_report is not None:
-            from minigpt.benchmarks import report_speed
+            from benchmarks import report_speed
 
             results = report_speed.compare_corpus_report(args.corpus_report, workdir, args.repeats or 1, progress=report)
             print(f"\n{report_speed.corpus_report_report(results)}")

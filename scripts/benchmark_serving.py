@@ -6,7 +6,7 @@
 Starts `scripts/serve.py RUN --engine transformers|llama.cpp --threads N` for each thread count on
 loopback ports, then sends the same greedy, streamed chat completion to every server through the
 `openai` client and asks scripts/chat.py's ChatSession in this process, contenders interleaved in
-every repeat; prints median (min-max) of each figure. See minigpt/benchmarks/serving_speed.py.
+every repeat; prints median (min-max) of each figure. See benchmarks/serving_speed.py.
 Run it on a quiet machine: the figures are wall-clock.
 """
 
@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: beside the package, not in the wheel
 
 from minigpt.errors import run_cli
 
@@ -33,8 +36,8 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    from minigpt.benchmarks.machine import describe_machine, load_average
-    from minigpt.benchmarks.serving_speed import compare_serving, serving_report
+    from benchmarks.machine import describe_machine, load_average
+    from benchmarks.serving_speed import compare_serving, serving_report
 
     machine = describe_machine()
     machine["load_before"] = load_average()

@@ -11,7 +11,7 @@ Corpora, built in --workdir from what is on this machine (nothing downloaded):
   c            the C and C++ headers under /usr/include, read in place (a folder, one document a
                file; about 130 MB on Debian 12): another language's code
 Each point trains the default config's model at one shape for the steps a FLOP budget buys
-(minigpt/benchmarks/size_sweep.py), appends its validation bits/byte to --results, and is skipped
+(benchmarks/size_sweep.py), appends its validation bits/byte to --results, and is skipped
 when the file has it already; then the rule of minigpt/training/sizing.py is fitted to all points.
 """
 
@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: beside the package, not in the wheel
 
 from minigpt.errors import run_cli
 
@@ -49,7 +52,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def prose_corpus(path: Path) -> Path:
-    from minigpt.benchmarks.python_corpus import site_packages
+    from benchmarks.python_corpus import site_packages
 
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -62,8 +65,8 @@ def prose_corpus(path: Path) -> Path:
 
 
 def corpora(args: argparse.Namespace):
-    from minigpt.benchmarks.python_corpus import build_python_corpus
-    from minigpt.benchmarks.size_sweep import SweepCorpus
+    from benchmarks.python_corpus import build_python_corpus
+    from benchmarks.size_sweep import SweepCorpus
 
     made = {}
     for name in args.corpora:
@@ -86,7 +89,7 @@ def corpora(args: argparse.Namespace):
 
 def main() -> None:
     args = parse_args()
-    from minigpt.benchmarks.size_sweep import (
+    from benchmarks.size_sweep import (
         at_rule_settings,
         average_seeds,
         choice_table,

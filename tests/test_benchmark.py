@@ -68,7 +68,7 @@ def test_benchmark_reports_every_row_with_its_spread_ratios_and_the_machine(tmp_
     assert 0 < data["cached_s"]["median"] < data["prepare_s"]["median"]
 
     machine = results["machine"]
-    from minigpt.benchmarks.machine import SPEED_FLAGS
+    from benchmarks.machine import SPEED_FLAGS
 
     assert machine["cpu"] and machine["cores"] >= 1 and machine["threads"] == 1
     assert set(machine["cpu_flags"]) == set(SPEED_FLAGS)  # Linux: read from /proc/cpuinfo
@@ -90,7 +90,7 @@ def test_benchmark_reports_every_row_with_its_spread_ratios_and_the_machine(tmp_
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     """The benchmark's run config at the tiny shape, its tokenizer and blocks prepared."""
-    from minigpt.benchmarks.training_speed import TrainingBenchmark, prepare_inputs
+    from benchmarks.training_speed import TrainingBenchmark, prepare_inputs
     from minigpt.training.run_config import load_run_config
 
     bench = TrainingBenchmark(
@@ -117,7 +117,7 @@ def test_every_contender_trains_the_run_models_dropout(tiny_run):
 
 
 def test_plain_loop_trains_the_run_model_with_its_optimizer_and_schedule(tiny_run):
-    from minigpt.benchmarks.contenders import plain_loop, with_steps
+    from benchmarks.contenders import plain_loop, with_steps
 
     assert with_steps(tiny_run, 10).training.warmup_steps == 5  # stays below max_steps
     torch.manual_seed(0)
@@ -126,7 +126,7 @@ def test_plain_loop_trains_the_run_model_with_its_optimizer_and_schedule(tiny_ru
 
 @pytest.mark.parametrize("bf16", [False, True])
 def test_plain_loop_runs_at_the_precision_the_training_path_runs(tiny_run, monkeypatch, bf16):
-    from minigpt.benchmarks import contenders
+    from benchmarks import contenders
 
     run = dataclasses.replace(tiny_run, hardware=dataclasses.replace(tiny_run.hardware, bf16=bf16))
     seen = []
@@ -145,7 +145,7 @@ def test_plain_loop_runs_at_the_precision_the_training_path_runs(tiny_run, monke
 def test_time_limit_stops_training_at_the_first_step_past_its_budget():
     from transformers import TrainerControl
 
-    from minigpt.benchmarks.quality import TimeLimitCallback, seconds_per_step
+    from benchmarks.quality import TimeLimitCallback, seconds_per_step
 
     limit, control = TimeLimitCallback(0.05), TrainerControl()
     limit.on_train_begin(None, None, control)
@@ -160,8 +160,8 @@ def test_time_limit_stops_training_at_the_first_step_past_its_budget():
 def test_gpt2_at_budget_trains_for_its_seconds_and_scores_bits_per_byte_as_the_project(tiny_run, monkeypatch):
     from transformers import Trainer
 
-    from minigpt.benchmarks.contenders import load_blocks
-    from minigpt.benchmarks.quality import GPT2Recipe, gpt2_at_budget
+    from benchmarks.contenders import load_blocks
+    from benchmarks.quality import GPT2Recipe, gpt2_at_budget
 
     scored = {}  # the trained model, as Trainer.predict scores it
     real_predict = Trainer.predict
@@ -222,7 +222,7 @@ def _check_spread(row: dict, repeats: int) -> None:
 
 
 def test_spread_and_its_table_cell():
-    from minigpt.benchmarks.spread import format_spread, per_repeat_ratio, spread
+    from benchmarks.spread import format_spread, per_repeat_ratio, spread
 
     row = spread([3.0, 1.0, 2.0, 5.0])
     assert row == {"median": 2.5, "min": 1.0, "max": 5.0, "q1": 1.75, "q3": 3.5, "values": [3.0, 1.0, 2.0, 5.0]}
@@ -234,7 +234,7 @@ def test_spread_and_its_table_cell():
 
 
 def test_machine_names_the_cpu_and_its_speed_flags(tmp_path):
-    from minigpt.benchmarks.machine import cpu_flags, cpu_model_name, describe_flags
+    from benchmarks.machine import cpu_flags, cpu_model_name, describe_flags
 
     assert cpu_model_name()
     flags = cpu_flags()
@@ -253,7 +253,7 @@ def _approx(value: float):
 def test_workers_start_one_at_a_time_and_report_their_wait_policies(tmp_path, monkeypatch):
     """Each worker is ready (imports and warm-up done, idle) before the next starts: an import on
     cores busy with another start-up would give that worker alone passive OpenMP waits."""
-    from minigpt.benchmarks import training_speed
+    from benchmarks import training_speed
 
     events = []
 
@@ -290,7 +290,7 @@ def test_workers_start_one_at_a_time_and_report_their_wait_policies(tmp_path, mo
 def test_a_repeat_whose_long_run_is_no_slower_is_flagged_not_passed_off_as_a_time(tmp_path, monkeypatch):
     """With too few steps, run-once noise can outweigh the extra steps: (long - short) / extra comes
     out zero or negative. The run warns, the JSON counts such repeats, and the table says so."""
-    from minigpt.benchmarks import training_speed
+    from benchmarks import training_speed
 
     walls = iter([1.0, 1.4, 1.2, 0.9, 1.0, 1.4])  # plain_loop's second repeat: 0.9 s for more steps
 
@@ -338,7 +338,7 @@ def test_a_repeat_whose_long_run_is_no_slower_is_flagged_not_passed_off_as_a_tim
 def test_a_data_contender_in_a_fresh_process_counts_the_same_tokens_and_its_peak_memory(tmp_path):
     from conftest import build_tiny_tokenizer
 
-    from minigpt.benchmarks.data_speed import DataJob, encode_raw, run_in_fresh_process
+    from benchmarks.data_speed import DataJob, encode_raw, run_in_fresh_process
     from minigpt.data.settings import DataSettings
 
     build_tiny_tokenizer().save_pretrained(tmp_path / "tokenizer")
@@ -354,7 +354,7 @@ def test_a_data_contender_in_a_fresh_process_counts_the_same_tokens_and_its_peak
 
 def test_benchmark_data_measures_each_size_and_reports_it_against_the_targets(tmp_path, monkeypatch, capsys):
     """The sizes CLI end to end, its fresh processes stood in for by in-process runs with a made-up peak."""
-    from minigpt.benchmarks import data_speed
+    from benchmarks import data_speed
 
     peaks = iter(range(100, 10_000, 10))
 
@@ -393,7 +393,7 @@ def python_tree(root, files: int = 24, size: int = 3000):
 
 
 def test_the_python_corpus_is_flat_deterministic_spread_and_capped(tmp_path):
-    from minigpt.benchmarks.python_corpus import build_python_corpus
+    from benchmarks.python_corpus import build_python_corpus
 
     source = python_tree(tmp_path / "site")
     whole = build_python_corpus(tmp_path / "whole", source=source)
@@ -413,7 +413,7 @@ def test_the_python_corpus_is_flat_deterministic_spread_and_capped(tmp_path):
 
 def in_process_contenders(monkeypatch):
     """Fresh processes stood in for by in-process runs with made-up peaks."""
-    from minigpt.benchmarks import data_speed
+    from benchmarks import data_speed
 
     def in_process(name, job):
         return {**data_speed.CONTENDERS[name](job), "peak_mb": 100.0, "peak_anon_mb": 50.0, "peak_rss_mb": 120.0}
@@ -422,7 +422,7 @@ def in_process_contenders(monkeypatch):
 
 
 def test_benchmark_data_on_the_python_corpus_runs_every_contender(tmp_path, monkeypatch, capsys):
-    from minigpt.benchmarks import data_speed, python_corpus
+    from benchmarks import data_speed, python_corpus
 
     in_process_contenders(monkeypatch)
     monkeypatch.setattr(python_corpus, "site_packages", lambda: python_tree(tmp_path / "site"))
@@ -450,7 +450,7 @@ def test_benchmark_data_on_the_python_corpus_runs_every_contender(tmp_path, monk
 
 
 def test_benchmark_data_reports_bytes_per_token_of_sampled_tokenizers(tmp_path, monkeypatch, capsys):
-    from minigpt.benchmarks import python_corpus
+    from benchmarks import python_corpus
 
     in_process_contenders(monkeypatch)
     monkeypatch.setattr(python_corpus, "site_packages", lambda: python_tree(tmp_path / "site"))
@@ -470,8 +470,8 @@ def test_benchmark_data_reports_bytes_per_token_of_sampled_tokenizers(tmp_path, 
 
 
 def test_a_timed_stream_counts_from_its_first_piece():
-    from minigpt.benchmarks.serving_speed import serving_report, timed_stream
-    from minigpt.benchmarks.spread import spread
+    from benchmarks.serving_speed import serving_report, timed_stream
+    from benchmarks.spread import spread
 
     def pieces():
         time.sleep(0.05)  # the first token's latency
@@ -489,7 +489,7 @@ def test_a_timed_stream_counts_from_its_first_piece():
     table = serving_report({"llama.cpp, 1 thread": row}, machine)
     assert "| llama.cpp, 1 thread | 6.0 (5.0-7.0) | 200 (100-300) | 4 |" in table
 def test_benchmark_data_measures_the_corpus_report_and_dedup_on_planted_copies(tmp_path, monkeypatch, capsys):
-    from minigpt.benchmarks.report_speed import write_planted_corpus
+    from benchmarks.report_speed import write_planted_corpus
 
     planted = write_planted_corpus(tmp_path / "planted.jsonl", 100_000)
     assert planted.exact == planted.near == planted.documents // 20 > 0

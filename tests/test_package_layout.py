@@ -33,7 +33,6 @@ STAGE_RANK = {
     "minigpt.evaluation": 7,
     "minigpt.metrics": 7,
     "minigpt.app": 8,  # the web app: runs training, loads and generates
-    "minigpt.benchmarks": 8,
     "minigpt.serving": 8,  # OpenAI-compatible servers on the export stage's files
 }
 

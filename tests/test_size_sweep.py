@@ -1,4 +1,4 @@
-"""The size sweep's fit and tables (minigpt/benchmarks/size_sweep.py), on points drawn from a known truth.
+"""The size sweep's fit and tables (benchmarks/size_sweep.py), on points drawn from a known truth.
 
 The sweep's runs take hours; these check what is done with their results: that the fitted ratio
 chooses each place's best shape when one ratio can, that a held-out choice is made by a fit that
@@ -13,7 +13,7 @@ import math
 
 import pytest
 
-from minigpt.benchmarks.size_sweep import average_seeds, choice_table, fit_ratio, points_table
+from benchmarks.size_sweep import average_seeds, choice_table, fit_ratio, points_table
 from minigpt.training.sizing import TokensPerParameterRule, effective_tokens
 
 FLOORS = {"small": 1.9, "medium": 1.1, "large": 1.4}
@@ -178,7 +178,7 @@ def test_a_larger_batch_joins_the_grid_but_not_the_rules_choice_or_its_table():
 def test_a_sweep_point_is_a_real_run_recorded_once_with_its_loss_curve(tmp_path):
     from conftest import REPO_ROOT
 
-    from minigpt.benchmarks.size_sweep import SweepCorpus, corpus_facts, run_point, shape_flops_per_token
+    from benchmarks.size_sweep import SweepCorpus, corpus_facts, run_point, shape_flops_per_token
 
     corpus = SweepCorpus("shakespeare", (f"data.train_files={REPO_ROOT / 'data' / 'tinyshakespeare.txt'}",))
     facts = corpus_facts(corpus, tmp_path)

@@ -47,12 +47,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..data.settings import DEFAULT_CORPUS, DataSettings, TokenizerSettings
-from ..training.settings import RunConfig
-from .spread import per_repeat_ratio, spread
+from benchmarks import child_env
+from benchmarks.spread import per_repeat_ratio, spread
+from minigpt.data.settings import DEFAULT_CORPUS, DataSettings, TokenizerSettings
+from minigpt.training.settings import RunConfig
 
 RAW_BATCH_ROWS = 64  # rows (pieces of up to 64K characters) per encode call: about the pipeline's map batch
-SHAKESPEARE = Path(__file__).resolve().parents[2] / DEFAULT_CORPUS  # what sized corpora repeat
+SHAKESPEARE = Path(__file__).resolve().parents[1] / DEFAULT_CORPUS  # what sized corpora repeat
 MEMORY_SAMPLE_S = 0.05  # how often a fresh process's memory is read
 SIZE_TARGETS = {"throughput_ratio": 0.7, "cached_fraction": 0.05, "peak_mb": 2048}  # compare_sizes' report
 RUN_CLM_BLOCK = 512  # group_texts' block size when the job's is not given
@@ -88,12 +89,12 @@ class DataJob:
 
 def _pipeline_rows(job: DataJob):
     """The texts the pipeline tokenizes, in order: text files' rows (`text_files`), or documents."""
-    from ..data.sources import detect_format
-    from ..data.text_files import read_text_rows
+    from minigpt.data.sources import detect_format
+    from minigpt.data.text_files import read_text_rows
 
     if detect_format([Path(f) for f in job.files], job.data.format) == "text":
         return (row["text"] for row in read_text_rows(list(enumerate(job.files))))
-    from ..data.sources import iter_texts, load_raw_corpus
+    from minigpt.data.sources import iter_texts, load_raw_corpus
 
     corpus = load_raw_corpus(job.data)
     return itertools.chain(iter_texts(corpus.train), iter_texts(corpus.validation))
@@ -113,7 +114,7 @@ def encode_raw(job: DataJob) -> dict[str, Any]:
 
 def train_bpe_raw(job: DataJob) -> dict[str, Any]:
     """`tokenizers`' BPE trainer, as MiniGPT sets it up, on every train file's whole text."""
-    from ..data.tokenizer import train_tokenizer
+    from minigpt.data.tokenizer import train_tokenizer
 
     settings = job.tokenizer_settings(job.tokenizer_dir + "-raw-bpe")
 
@@ -129,8 +130,8 @@ def train_bpe_raw(job: DataJob) -> dict[str, Any]:
 
 def prepare_blocks(job: DataJob) -> dict[str, Any]:
     """`prepare_corpus` into the job's cache: cold in an empty one, reusing the blocks otherwise."""
-    from ..data.corpus import prepare_corpus  # imports datasets: before the clock starts
-    from ..data.tokenizer import load_tokenizer
+    from minigpt.data.corpus import prepare_corpus  # imports datasets: before the clock starts
+    from minigpt.data.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(job.tokenizer_dir)
     start = time.perf_counter()
@@ -143,8 +144,8 @@ def prepare_blocks(job: DataJob) -> dict[str, Any]:
 def train_then_prepare(job: DataJob) -> dict[str, Any]:
     """The project's first run: a tokenizer trained on the train split (or its sample) in a new
     folder, then the blocks, in a cache of its own (`<cache_dir>-cold`)."""
-    from ..data.corpus import prepare_corpus
-    from ..data.tokenizer import load_or_train_tokenizer
+    from minigpt.data.corpus import prepare_corpus
+    from minigpt.data.tokenizer import load_or_train_tokenizer
 
     folder = job.tokenizer_dir + "-cold"
     shutil.rmtree(folder, ignore_errors=True)
@@ -199,9 +200,9 @@ def first_training_step(job: DataJob) -> dict[str, Any]:
     already cached: seconds from `run_training` to the end of its first step; then it stops."""
     from transformers import TrainerCallback
 
-    from ..training.interrupt import StopController
-    from ..training.run import run_training
-    from ..training.run_config import REPO_CONFIG_DIR, load_run_config
+    from minigpt.training.interrupt import StopController
+    from minigpt.training.run import run_training
+    from minigpt.training.run_config import REPO_CONFIG_DIR, load_run_config
 
     output = Path(job.data.cache_dir + "-run")
     shutil.rmtree(output, ignore_errors=True)
@@ -234,9 +235,9 @@ def first_training_step(job: DataJob) -> dict[str, Any]:
 def tokenizer_sample(job: DataJob) -> dict[str, Any]:
     """A tokenizer trained with the job's limits (tokenizer.train_max_bytes, doc_max_chars): seconds,
     the bytes it read, and the validation split's UTF-8 bytes per token (its text only, no EOS)."""
-    from ..data.packing import data_tokenizer
-    from ..data.sources import arrow_batches, load_raw_corpus
-    from ..data.tokenizer import load_or_train_tokenizer, read_training_record
+    from minigpt.data.packing import data_tokenizer
+    from minigpt.data.sources import arrow_batches, load_raw_corpus
+    from minigpt.data.tokenizer import load_or_train_tokenizer, read_training_record
 
     folder = job.tokenizer_dir
     shutil.rmtree(folder, ignore_errors=True)
@@ -261,7 +262,7 @@ def tokenizer_sample(job: DataJob) -> dict[str, Any]:
 
 def load_corpus(job: DataJob) -> dict[str, Any]:
     """`load_raw_corpus`: the sources read into datasets' Arrow copy (the first time), checked, split."""
-    from ..data.sources import load_raw_corpus
+    from minigpt.data.sources import load_raw_corpus
 
     start = time.perf_counter()
     raw = load_raw_corpus(job.data)
@@ -271,8 +272,8 @@ def load_corpus(job: DataJob) -> dict[str, Any]:
 def corpus_report_scan(job: DataJob) -> dict[str, Any]:
     """The corpus report's comparison of documents (its sample, as data.report_max_documents bounds
     it), timed after the corpus is loaded (`load_seconds`, from the Arrow copy `load_corpus` made)."""
-    from ..data.corpus_report import scan_corpus
-    from ..data.sources import load_raw_corpus
+    from minigpt.data.corpus_report import scan_corpus
+    from minigpt.data.sources import load_raw_corpus
 
     start = time.perf_counter()
     raw = load_raw_corpus(job.data)
@@ -293,7 +294,7 @@ def corpus_report_scan(job: DataJob) -> dict[str, Any]:
 def dedup_corpus(job: DataJob) -> dict[str, Any]:
     """`load_raw_corpus` with data.dedup on, every document compared (its cached decisions removed
     first): the comparison, the rows filtered, the split."""
-    from ..data.sources import load_raw_corpus
+    from minigpt.data.sources import load_raw_corpus
 
     data = dataclasses.replace(job.data, dedup=True)
     shutil.rmtree(Path(data.cache_dir) / "dedup", ignore_errors=True)
@@ -343,10 +344,8 @@ def run_in_fresh_process(name: str, job: DataJob) -> dict[str, Any]:
     peak_anon_mb: anonymous PSS, peak_rss_mb: RSS summed over the tree)."""
     import psutil
 
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    env = dict(child_env(), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     env.pop("TOKENIZERS_PARALLELISM", None)  # the raw contender and the pipeline may both use threads
-    package_root = str(Path(__file__).resolve().parents[2])  # the child imports this minigpt, wherever it runs
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     with tempfile.TemporaryDirectory(prefix="minigpt-contender-") as folder:
         # The job in a file (a corpus may list 100,000 files, too long for a command line); the
         # output in files too: a pipe nobody reads while the memory is sampled would fill and block.
@@ -382,7 +381,7 @@ def _sample_peaks(process) -> tuple[int, int, int]:
 
 def train_tokenizer(settings: TokenizerSettings, data: DataSettings, folder: Path) -> tuple[Path, float]:
     """A tokenizer trained on `data` into `folder`: (its folder, seconds of training)."""
-    from ..data.tokenizer import load_or_train_tokenizer
+    from minigpt.data.tokenizer import load_or_train_tokenizer
 
     settings = dataclasses.replace(settings, path=str(folder), show_progress=False)
     start = time.perf_counter()
@@ -409,7 +408,7 @@ def time_repeats(
     throughput ratio (per repeat), every contender's own figures (`runs`), and with
     `fresh_processes` the peak memories.
     """
-    from ..data.sources import source_files
+    from minigpt.data.sources import source_files
 
     train_paths, validation_paths = source_files(data)
     files = [str(p) for p in (*train_paths, *validation_paths)]
@@ -519,7 +518,7 @@ def compare_python_corpus(
     """This environment's Python sources (`python_corpus`) at each of `sizes_mb` (None: all of
     them once), every contender in a fresh process, with a tokenizer trained once per size on it
     (as a first run would; `cold` trains its own, timed); one `time_repeats` result per size."""
-    from .python_corpus import build_python_corpus
+    from benchmarks.python_corpus import build_python_corpus
 
     workdir = Path(workdir)
     settings = TokenizerSettings(vocab_size=vocab_size)
@@ -587,8 +586,8 @@ def compare_tokenizer_samples(
     """Tokenizers trained on the Python corpus's train split whole (fraction 1) and on samples of
     `fractions` of it (tokenizer.train_max_bytes), with each of `doc_max_chars`: seconds, peak
     memory, bytes read, and bytes per token on the same validation split, each in a fresh process."""
-    from ..data.sources import load_raw_corpus
-    from .python_corpus import build_python_corpus
+    from benchmarks.python_corpus import build_python_corpus
+    from minigpt.data.sources import load_raw_corpus
 
     workdir = Path(workdir)
     built = build_python_corpus(workdir / "python", None if size_mb is None else int(size_mb * 1e6), source)

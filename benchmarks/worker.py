@@ -1,4 +1,4 @@
-"""One benchmark contender in its own process: `python -m minigpt.benchmarks.worker SPEC`.
+"""One benchmark contender in its own process: `python -m benchmarks.worker SPEC`.
 
 SPEC is JSON: {"contender", "config", "overrides", "warmup_steps"}. The worker chooses the OpenMP wait
 policy as `scripts/train.py` does (before torch loads), applies the run's CPU settings (threads,
@@ -20,7 +20,7 @@ import os
 import sys
 import time
 
-from ..cpu_load import choose_wait_policy
+from minigpt.cpu_load import choose_wait_policy
 
 
 def main(argv: list[str]) -> int:
@@ -30,11 +30,11 @@ def main(argv: list[str]) -> int:
 
     choose_wait_policy()  # before torch loads OpenMP, as a training run's start does
 
-    from ..training.hardware import apply_process_settings, training_dtype
-    from ..training.run_config import load_run_config
-    from .contenders import build_contender
-    from .quality import gpt2_at_budget
-    from .training_speed import GPT2_CPU_SETTINGS, GPT2_STOCK, OWN_PRECISION
+    from benchmarks.contenders import build_contender
+    from benchmarks.quality import gpt2_at_budget
+    from benchmarks.training_speed import GPT2_CPU_SETTINGS, GPT2_STOCK, OWN_PRECISION
+    from minigpt.training.hardware import apply_process_settings, training_dtype
+    from minigpt.training.run_config import load_run_config
 
     run = load_run_config(spec["config"], spec["overrides"])
     contender = spec["contender"]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..training.sizing import (
+from minigpt.training.sizing import (
     FITTED_RULE,
     HEAD_SIZE,
     MIN_STEPS,
@@ -35,7 +35,7 @@ from ..training.sizing import (
     warmup_steps,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 TRAIN_SCRIPT = REPO_ROOT / "scripts" / "train.py"
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "shakespeare.yaml"
 SWEEP_EVAL_TOKENS = 131_072  # each point's final evaluation: the same seeded sample for every shape
@@ -51,9 +51,9 @@ class SweepCorpus:
 
 def corpus_facts(corpus: SweepCorpus, workdir: Path) -> dict[str, int]:
     """Train (or reuse) the corpus's tokenizer and blocks; its vocabulary and training tokens."""
-    from ..data.corpus import prepare_corpus
-    from ..data.tokenizer import load_or_train_tokenizer
-    from ..training.run_config import load_run_config
+    from minigpt.data.corpus import prepare_corpus
+    from minigpt.data.tokenizer import load_or_train_tokenizer
+    from minigpt.training.run_config import load_run_config
 
     run = load_run_config(DEFAULT_CONFIG, list(common_overrides(corpus, workdir)))
     tokenizer = load_or_train_tokenizer(run.tokenizer, run.data)
@@ -97,9 +97,9 @@ def shape_flops_per_token(layers: int, width: int, vocab: int, block_size: int) 
     built on the meta device (no memory, no init)."""
     import torch
 
-    from ..model import MiniGPTConfig, MiniGPTForCausalLM
-    from ..training.callbacks import flops_per_token, matmul_parameter_count
-    from ..training.run_config import load_run_config
+    from minigpt.model import MiniGPTConfig, MiniGPTForCausalLM
+    from minigpt.training.callbacks import flops_per_token, matmul_parameter_count
+    from minigpt.training.run_config import load_run_config
 
     run = load_run_config(
         DEFAULT_CONFIG,

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .spread import spread
+from benchmarks.spread import spread
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 SERVE_SCRIPT = REPO_ROOT / "scripts" / "serve.py"
 START_TIMEOUT_S = 600  # an export on the first start, then the server's own start
 SYSTEM = "A scene from Shakespeare. You are JULIET, speaking with ROMEO."
@@ -118,8 +118,8 @@ def session_contender(model, tokenizer, threads: int, max_tokens: int) -> Callab
     """scripts/chat.py's reply (a `ChatSession`, greedy) at `threads` torch threads, timed."""
     import torch
 
-    from ..chat.session import ChatSession
-    from ..generation.sampling import SamplingSettings
+    from minigpt.chat.session import ChatSession
+    from minigpt.generation.sampling import SamplingSettings
 
     def once(count_tokens: Callable[[str], int]) -> Timing:
         before = torch.get_num_threads()
@@ -140,8 +140,8 @@ def compare_serving(
     run: str, threads: list[int], repeats: int, max_tokens: int, workdir: Path, first_port: int = 18700
 ) -> dict[str, Any]:
     """Every contender at every thread count, `repeats` interleaved rounds; the spread of each figure."""
-    from ..hub.loading import load_model, load_tokenizer, resolve_model
-    from ..serving.exports import export_for_engine
+    from minigpt.hub.loading import load_model, load_tokenizer, resolve_model
+    from minigpt.serving.exports import export_for_engine
 
     location = resolve_model(run)
     model, tokenizer = load_model(location).eval(), load_tokenizer(location)
@@ -180,7 +180,7 @@ def compare_serving(
 
 def serving_report(rows: dict[str, Any], machine: dict[str, Any]) -> str:
     """A Markdown table of the rows: median (min-max) of each figure."""
-    from .machine import describe_flags
+    from benchmarks.machine import describe_flags
 
     lines = [
         f"CPU: {machine['cpu']}; flags: {describe_flags(machine['cpu_flags'])}; {machine['cores']} cores; "

@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..run_layout import METRICS_FILE, SUMMARY_FILE
-from .machine import load_average
+from benchmarks.machine import load_average
+from minigpt.run_layout import METRICS_FILE, SUMMARY_FILE
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def time_default_run(config: Path, workdir: Path, overrides: list[str] | None = None) -> dict[str, Any]:

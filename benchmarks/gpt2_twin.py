@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from transformers import GPT2Config
 
-from ..model import MiniGPTConfig
-from ..training.settings import ModelSettings
+from minigpt.model import MiniGPTConfig
+from minigpt.training.settings import ModelSettings
 
 
 def gpt2_twin_config(

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from .spread import per_repeat_ratio, spread
+from benchmarks import child_env
+from benchmarks.spread import per_repeat_ratio, spread
 
 GPT2_STOCK, GPT2_CPU_SETTINGS = "gpt2_trainer", "gpt2_trainer_cpu_settings"  # one model, two processes
 OWN_PRECISION = "training_path_own_precision"  # the training path without the reference fp32
@@ -99,7 +100,8 @@ class Worker:
         self.log_path = bench.workdir / f"worker-{contender}.log"
         self.log = self.log_path.open("w")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "minigpt.benchmarks.worker", json.dumps(spec)],
+            [sys.executable, "-m", "benchmarks.worker", json.dumps(spec)],
+            env=child_env(),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.log,
@@ -136,8 +138,8 @@ class Worker:
 
 def prepare_inputs(bench: TrainingBenchmark) -> None:
     """Train the tokenizer and prepare the blocks the contenders share (cached for the workers)."""
-    from ..training.run_config import load_run_config
-    from .contenders import load_blocks
+    from benchmarks.contenders import load_blocks
+    from minigpt.training.run_config import load_run_config
 
     load_blocks(load_run_config(bench.config, bench.overrides()))
 

@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..data.corpus import PreparedCorpus, prepare_corpus
-from ..data.tokenizer import load_or_train_tokenizer
-from ..training.hardware import training_dtype
-from ..training.run import build_model_config, new_model, run_training
-from ..training.settings import RunConfig
-from .gpt2_twin import gpt2_twin_config
+from benchmarks.gpt2_twin import gpt2_twin_config
+from minigpt.data.corpus import PreparedCorpus, prepare_corpus
+from minigpt.data.tokenizer import load_or_train_tokenizer
+from minigpt.training.hardware import training_dtype
+from minigpt.training.run import build_model_config, new_model, run_training
+from minigpt.training.settings import RunConfig
 
 Train = Callable[[int], None]
 

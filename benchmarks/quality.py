@@ -29,7 +29,8 @@ from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from ..training.settings import RunConfig
+from benchmarks import child_env
+from minigpt.training.settings import RunConfig
 
 
 @dataclass
@@ -89,10 +90,10 @@ def gpt2_at_budget(run: RunConfig, seconds: float, recipe: GPT2Recipe | None = N
     import torch
     from transformers import AutoModelForCausalLM, Trainer, default_data_collator, set_seed
 
-    from ..data.token_bytes import bits_per_byte, block_targets, next_token_scores, token_byte_lengths
-    from ..training.hardware import resolve_hardware
-    from .contenders import block_array, load_blocks
-    from .gpt2_twin import gpt2_twin_config
+    from benchmarks.contenders import block_array, load_blocks
+    from benchmarks.gpt2_twin import gpt2_twin_config
+    from minigpt.data.token_bytes import bits_per_byte, block_targets, next_token_scores, token_byte_lengths
+    from minigpt.training.hardware import resolve_hardware
 
     recipe = recipe or GPT2Recipe()
     tokenizer, corpus = load_blocks(run)
@@ -188,7 +189,8 @@ def compare_quality(
     log_path = workdir / "worker-gpt2-quality.log"
     with log_path.open("w") as log:
         result = subprocess.run(
-            [sys.executable, "-m", "minigpt.benchmarks.worker", json.dumps(spec)],
+            [sys.executable, "-m", "benchmarks.worker", json.dumps(spec)],
+            env=child_env(),
             stdout=subprocess.PIPE,
             stderr=log,
             text=True,

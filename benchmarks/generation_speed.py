@@ -17,9 +17,9 @@ from typing import Any
 
 import torch
 
-from ..generation import decoding_cache, decoding_options
-from .gpt2_twin import gpt2_twin_config
-from .spread import format_spread, per_repeat_ratio, spread
+from benchmarks.gpt2_twin import gpt2_twin_config
+from benchmarks.spread import format_spread, per_repeat_ratio, spread
+from minigpt.generation import decoding_cache, decoding_options
 
 
 @dataclass
@@ -47,7 +47,7 @@ def build_models(bench: GenerationBenchmark) -> dict[str, torch.nn.Module]:
     """MiniGPT and GPT-2 of the same shape, fp32, sdpa attention, in eval mode (no dropout)."""
     from transformers import GPT2LMHeadModel
 
-    from ..model import MiniGPTConfig, MiniGPTForCausalLM
+    from minigpt.model import MiniGPTConfig, MiniGPTForCausalLM
 
     torch.manual_seed(0)
     minigpt = MiniGPTForCausalLM(

@@ -11,3 +11,17 @@ data_speed         corpus preparation against raw `tokenizers`
 default_run        the default training run from nothing: wall time and validation bits/byte
 quality            GPT-2 under a stock Trainer for the default run's training time: bits/byte of both
 """
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def child_env() -> dict[str, str]:
+    """This process's environment with the repository first on PYTHONPATH, so a child started with
+    `python -m benchmarks.<module>` finds this folder (it ships outside the wheel)."""
+    paths = [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}

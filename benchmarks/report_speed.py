@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..data.settings import DataSettings
-from .data_speed import SHAKESPEARE, DataJob, run_in_fresh_process
-from .spread import format_spread, spread
+from benchmarks.data_speed import SHAKESPEARE, DataJob, run_in_fresh_process
+from benchmarks.spread import format_spread, spread
+from minigpt.data.settings import DataSettings
 
 EXACT_EVERY = 20  # every 20th document is an exact copy of an earlier one (5%)
 NEAR_EVERY = 20  # and every 20th (offset by 10) a near copy (5%)
