@@ -1,4 +1,7 @@
-"""Output that never stops a run: a closed pipe, a full disk or a vanished terminal only silences it.
+"""Console output: plural counts, library progress bars switched off around one call, and output that
+never stops a run.
+
+Output that never stops a run: a closed pipe, a full disk or a vanished terminal only silences it.
 
 `python scripts/train.py 2>&1 | tee log` and Ctrl-C: the terminal's SIGINT reaches `tee` too, which
 exits; the run's next write to the pipe raises `BrokenPipeError` (Python ignores SIGPIPE), from a
@@ -11,9 +14,49 @@ that keeps a reference to the streams (transformers' log handler, tqdm's bars).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any, TextIO
+
+
+def plural(count: int, noun: str) -> str:
+    """`1 document`, `2 documents`, `1,234 documents`."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
+# One bar per real piece of work: datasets also draws bars for steps that are not work here (a local
+# file list as "downloads", the Arrow table behind an evaluate metric), transformers one for writing a
+# single small weights file. Each context turns one library's bars off for the block, then restores them.
+@contextlib.contextmanager
+def datasets_progress_bars(show: bool) -> Iterator[None]:
+    """`datasets`' (and so `evaluate`'s) progress bars on or off for the block."""
+    import datasets
+
+    was_enabled = datasets.is_progress_bar_enabled()
+    if not show:
+        datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            datasets.enable_progress_bars()
+
+
+@contextlib.contextmanager
+def transformers_progress_bars(show: bool) -> Iterator[None]:
+    """transformers' progress bars ("Writing model shards", "Loading weights") on or off for the block."""
+    from transformers.utils import logging
+
+    was_enabled = logging.is_progress_bar_enabled()
+    if not show:
+        logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            logging.enable_progress_bar()
 
 
 class NeverFailingStream:
@@ -73,4 +116,4 @@ def write_to_stderr(text: str) -> None:
         pass
 
 
-__all__ = ["NeverFailingStream", "never_failing_output", "write_to_stderr"]
+__all__ = ["NeverFailingStream", "never_failing_output", "write_to_stderr", "datasets_progress_bars", "plural", "transformers_progress_bars"]

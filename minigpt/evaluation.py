@@ -44,14 +44,14 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from .console import datasets_progress_bars, plural
 from .data.packing import data_tokenizer, tokenize_batch
 from .data.settings import DataSettings
-from .data.sources import arrow_batches, load_raw_corpus, plural, resolve_files
+from .data.sources import arrow_batches, load_raw_corpus, resolve_files
 from .data.token_bytes import IGNORE_INDEX, SCORE_COLUMNS, next_token_scores, token_byte_lengths
 from .data.validation_sample import sample_indices
 from .errors import ConfigError, DataError
 from .hub.loading import load_model, load_tokenizer
-from .progress import datasets_progress_bars
 from .run_layout import read_run_config  # noqa: F401  (scripts and the app import it from here)
 from .training.checkpoints import RESOLVED_CONFIG_NAME
 from .training.run_config import build_section

@@ -19,7 +19,6 @@ STAGE_RANK = {
     "minigpt.atomic": 0,
     "minigpt.distributed": 0,
     "minigpt.cpu_load": 0,
-    "minigpt.progress": 0,
     "minigpt.run_layout": 0,
     "minigpt.cache_dir": 0,
     "minigpt.console": 0,

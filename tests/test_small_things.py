@@ -10,7 +10,7 @@ import pytest
 from conftest import REPO_ROOT, build_tiny_tokenizer
 from hub_fixtures import make_run
 
-from minigpt.data.sources import plural
+from minigpt.console import plural
 from minigpt.errors import ConfigError, DataError
 from minigpt.training.run_config import load_run_config
 

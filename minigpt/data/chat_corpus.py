@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 import datasets
 
 from ..atomic import atomic_output_dir
+from ..console import datasets_progress_bars
 from ..distributed import is_main_process
-from ..progress import datasets_progress_bars
 from .chat_encoding import IGNORE_INDEX, Encoded, check_chat_tokenizer, encode_conversations
 from .conversations import Conversation, load_conversations
 from .corpus import PreparedCorpus, SplitStats, prepared_from_meta

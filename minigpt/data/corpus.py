@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING
 import datasets
 
 from ..atomic import atomic_output_dir, atomic_write_file
+from ..console import datasets_progress_bars, plural
 from ..distributed import is_main_process
 from ..errors import ConfigError, DataError
-from ..progress import datasets_progress_bars
 from .corpus_report import REPORT_FILE, CorpusReport, build_report, read_report
 from .packing import (
     data_tokenizer,
@@ -37,7 +37,7 @@ from .packing import (
     write_blocks,
 )
 from .settings import DataSettings, check_block_size
-from .sources import content_fingerprint, detect_format, load_raw_corpus, plural, source_files
+from .sources import content_fingerprint, detect_format, load_raw_corpus, source_files
 from .tokenizer import tokenizer_fingerprint
 
 if TYPE_CHECKING:

@@ -26,9 +26,10 @@ from typing import Any
 
 import numpy as np
 
+from ..console import plural
 from .duplicates import PREFIX_CHARS, THRESHOLD, Copy, DuplicateIndex, join_documents
 from .settings import DataSettings, seeded_unit
-from .sources import RawCorpus, RawSplit, arrow_batches, document_batches, plural, row_bytes, size_columns
+from .sources import RawCorpus, RawSplit, arrow_batches, document_batches, row_bytes, size_columns
 
 REPORT_FILE = "corpus_report.json"  # beside the prepared blocks, and in a run's folder
 REPORT_VERSION = 1  # bump when the same corpus gives another report

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from transformers import PreTrainedTokenizerFast, default_data_collator
 
+from ..console import plural
 from .chat_corpus import prepare_chat_corpus
 from .chat_encoding import ChatCollator
 from .chat_template import add_chat_tokens, stop_token_ids
@@ -23,7 +24,6 @@ from .corpus import PreparedCorpus, prepare_corpus
 from .corpus_report import CorpusReport
 from .sample_prompts import corpus_prompts
 from .settings import DataSettings
-from .sources import plural
 from .token_bytes import token_byte_lengths
 from .training_blocks import TrainingBlocks
 from .validation_sample import ValidationSample, validation_sample

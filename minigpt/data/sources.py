@@ -27,9 +27,9 @@ import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
 from ..atomic import atomic_write_file
+from ..console import datasets_progress_bars, plural
 from ..distributed import is_main_process
 from ..errors import ConfigError, DataError, MiniGPTUserError
-from ..progress import datasets_progress_bars
 from .digests import binary_verdicts
 from .duplicates import (
     NUM_PERM,
@@ -172,11 +172,6 @@ COMPILED_FOLDERS = frozenset(("__pycache__",))
 SNIFF_BYTES = 8192  # bytes read from the start of a file in a folder to tell text from binary
 BINARY_INVALID_SHARE = 0.1  # more undecodable characters than this in those bytes: a binary file
 _said: set[str] = set()
-
-
-def plural(count: int, noun: str) -> str:
-    """`1 document`, `2 documents`, `1,234 documents`."""
-    return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
 def _folder_files(root: Path, exclude: Sequence[str], cache_dir, save: bool) -> tuple[list[Path], Counter]:

@@ -20,8 +20,9 @@ from typing import Any
 import datasets
 import numpy as np
 
+from ..console import plural
 from .settings import TokenizerSettings, seeded_unit
-from .sources import RawSplit, arrow_batches, plural, row_bytes, size_columns
+from .sources import RawSplit, arrow_batches, row_bytes, size_columns
 
 SAMPLE_SEED_SALT = 0x70C5A3E1  # the sample's draw is another than the validation split's (same data.seed)
 DRAW_CHUNK = 1 << 20  # rows drawn at a time

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import datasets
 import numpy as np
 
-from .sources import plural
+from ..console import plural
 
 
 @dataclass

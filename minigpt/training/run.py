@@ -43,14 +43,13 @@ from transformers.trainer_callback import ProgressCallback
 
 from ..atomic import atomic_output_dir, atomic_write_file
 from ..chat.chat_format import fit_embeddings
+from ..console import plural, transformers_progress_bars
 from ..data.compatibility import check_compatible
 from ..data.run_data import RunData, prepare_run_data
-from ..data.sources import plural
 from ..data.tokenizer import check_existing_tokenizer, load_or_train_tokenizer, load_tokenizer
 from ..distributed import is_main_process
 from ..errors import ConfigError
 from ..model import MiniGPTConfig
-from ..progress import transformers_progress_bars
 from ..run_layout import PLAN_FILE
 from .base_model import (
     BaseModel,

@@ -40,9 +40,9 @@ from torch.distributed.fsdp import FSDPModule
 from transformers import EvalPrediction, Trainer, TrainingArguments
 from transformers.training_args import OptimizerNames
 
+from ..console import transformers_progress_bars
 from ..data.token_bytes import bits_per_byte, block_targets, next_token_scores
 from ..errors import ConfigError
-from ..progress import transformers_progress_bars
 from .hardware import resolve_hardware
 from .optimizers import AUX_ADAMW, MUON, muon_with_adamw
 from .settings import RunConfig, TrainingSettings, require_choice
