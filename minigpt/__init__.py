@@ -8,7 +8,7 @@ The package is laid out by pipeline stage, each importing only the stages below 
     export/      stock transformers architectures and GGUF, out and in
     hub/         store -> loading -> model_card, publishing
     generation/  sampling from a model (the CLI, the app and training's samples)
-    chat/        chat_format (a model made chat-ready), session, terminal (talking to a model)
+    chat/        session, terminal (talking to a model)
     training/    settings -> run_config -> callbacks, checkpoints, trainer -> run (run_training)
     evaluation   loss, perplexity and bits per byte of a trained model
     app/         the web app on the training API

@@ -1,7 +1,7 @@
 """Tiny chat pieces for the chat tests: a tokenizer with the ChatML role tokens and template, a base
 model folder that carries it, and conversations.
 
-`with_chat_format` is a stand-in for the package's own (minigpt.chat.chat_format, added to every
+`with_chat_format` is a stand-in for the package's own (minigpt.data.chat_ready, added to every
 tokenizer MiniGPT trains): the two role tokens and the template, nothing else.
 """
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from conftest import SHAKESPEARE, build_tiny_tokenizer, tiny_model
 
-from minigpt.chat.chat_format import make_chat_ready
+from minigpt.data.chat_ready import make_chat_ready
 from minigpt.data.chat_template import (
     CHAT_TEMPLATE,
     IM_END,

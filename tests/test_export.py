@@ -228,7 +228,7 @@ print(json.dumps({"reply": reply, "keys": sorted(inputs), "class": type(model)._
 def test_chat_model_exports_for_pipelines_with_messages_and_warns_nowhere(tmp_path, subprocess_env):
     from transformers import AutoTokenizer
 
-    from minigpt.chat.chat_format import make_chat_ready
+    from minigpt.data.chat_ready import make_chat_ready
 
     saved = tmp_path / "tokenizer"
     build_tiny_tokenizer().save_pretrained(saved)

@@ -71,7 +71,7 @@ def add_chat_tokens(tokenizer: PreTrainedTokenizerBase) -> tuple[str | None, lis
     `setup_chat_format` does) and `CHAT_TEMPLATE`, in place, where it lacks them. Returns the one
     line saying what was added (None: nothing) and the ids of the tokens added. Tokenizers MiniGPT
     trains carry both already; a model trained without them needs embedding rows for the new ids
-    (`minigpt.chat.chat_format.fit_embeddings`)."""
+    (`minigpt.data.chat_ready.fit_embeddings`)."""
     before = len(tokenizer)
     missing = [token for token in CHAT_TOKENS if token not in tokenizer.get_vocab()]
     done = []

@@ -42,8 +42,8 @@ from transformers import (
 from transformers.trainer_callback import ProgressCallback
 
 from ..atomic import atomic_output_dir, atomic_write_file
-from ..chat.chat_format import fit_embeddings
 from ..console import plural, transformers_progress_bars
+from ..data.chat_ready import fit_embeddings
 from ..data.compatibility import check_compatible
 from ..data.run_data import RunData, prepare_run_data
 from ..data.tokenizer import check_existing_tokenizer, load_or_train_tokenizer, load_tokenizer

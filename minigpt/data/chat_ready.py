@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..data.chat_template import IM_END, add_chat_tokens, stop_token_ids
+from .chat_template import IM_END, add_chat_tokens, stop_token_ids
 
 
 def make_chat_ready(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> str | None:
