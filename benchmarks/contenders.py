@@ -17,8 +17,9 @@ import torch
 from benchmarks.gpt2_twin import gpt2_twin_config
 from minigpt.data.corpus import PreparedCorpus, prepare_corpus
 from minigpt.data.tokenizer import load_or_train_tokenizer
+from minigpt.pipeline import run_training
 from minigpt.training.hardware import training_dtype
-from minigpt.training.run import build_model_config, new_model, run_training
+from minigpt.training.run import build_model_config, new_model
 from minigpt.training.settings import RunConfig
 
 Train = Callable[[int], None]

@@ -200,8 +200,8 @@ def first_training_step(job: DataJob) -> dict[str, Any]:
     already cached: seconds from `run_training` to the end of its first step; then it stops."""
     from transformers import TrainerCallback
 
+    from minigpt.pipeline import run_training
     from minigpt.training.interrupt import StopController
-    from minigpt.training.run import run_training
     from minigpt.training.run_config import REPO_CONFIG_DIR, load_run_config
 
     output = Path(job.data.cache_dir + "-run")

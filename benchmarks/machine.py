@@ -13,8 +13,8 @@ import subprocess
 
 import torch
 
+from minigpt.training.flops import device_name
 from minigpt.training.hardware import cpu_has_fast_bf16
-from minigpt.training.peak_flops import device_name
 
 SPEED_FLAGS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")  # /proc/cpuinfo names
 

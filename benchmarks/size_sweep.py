@@ -98,7 +98,7 @@ def shape_flops_per_token(layers: int, width: int, vocab: int, block_size: int) 
     import torch
 
     from minigpt.model import MiniGPTConfig, MiniGPTForCausalLM
-    from minigpt.training.callbacks import flops_per_token, matmul_parameter_count
+    from minigpt.training.flops import flops_per_token, matmul_parameter_count
     from minigpt.training.run_config import load_run_config
 
     run = load_run_config(

@@ -13,5 +13,3 @@ def user_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "minigpt"
 
-
-__all__ = ["user_cache_dir"]

@@ -115,5 +115,3 @@ def write_to_stderr(text: str) -> None:
     except OSError:
         pass
 
-
-__all__ = ["NeverFailingStream", "never_failing_output", "write_to_stderr", "datasets_progress_bars", "plural", "transformers_progress_bars"]

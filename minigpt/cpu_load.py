@@ -1,4 +1,5 @@
-"""How much of this machine's CPU other work takes: the one place MiniGPT asks "are the cores busy?".
+"""How much of this machine's CPU other work takes: the one place MiniGPT asks "are the cores busy?";
+and the process-wide CPU settings made before torch loads (OpenMP's wait policy, glibc's allocator).
 
 torch's CPU thread pool stalls when another process holds one of its cores: every parallel region
 waits for the thread that shares a core, and OpenMP threads that spin while they wait take the
@@ -14,6 +15,8 @@ policy must be chosen before torch is imported. Elsewhere (no /proc/stat) the ot
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import sys
 import time
@@ -97,12 +100,30 @@ def choose_wait_policy(
     )
 
 
-__all__ = [
-    "BUSY_CORE_SHARE",
-    "CPUTimes",
-    "choose_wait_policy",
-    "is_busy",
-    "others_busy_cores",
-    "read_cpu_times",
-    "sample_others_busy_cores",
-]
+# glibc serves a large request (over 128 KiB, a threshold that grows up to 32 MiB as such blocks are
+# freed) with a fresh mmap and returns the heap's free top to the kernel past a trim threshold. A
+# training step frees and reallocates the same activations, gradients and logits each time, so each
+# step the kernel hands back zeroed pages, a minor fault per 4 KiB: ~4,000 a step of 4 x 128 at
+# 12 x 64 tokens, 7-8% of its time. With both thresholds raised freed blocks stay in the heap (25
+# faults a step); memory freed late in a run is returned at exit. Process-wide and for good, so only
+# a process that exists for one run sets it (scripts/train.py, a benchmark worker). No-op off glibc.
+M_TRIM_THRESHOLD = -1  # mallopt parameters, from glibc's malloc.h
+M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD_MAX = 32 << 20  # glibc's ceiling on 64-bit: larger requests keep their own mmap
+TRIM_THRESHOLD = 1 << 30  # free heap kept before any is returned to the kernel
+
+
+def keep_freed_memory() -> bool:
+    """Raise glibc's mmap and trim thresholds for this process; True if glibc took both."""
+    if not sys.platform.startswith("linux"):
+        return False
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
+        return False
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    # Both or neither: setting either one stops glibc adapting the other, which then stays at its
+    # 128 KiB start (the trim threshold alone sent every block over it to mmap: 13x the faults).
+    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))

@@ -27,6 +27,8 @@ RUN_PAGE_FILE = "run.html"  # one self-contained page of the run, written last (
 CORPUS_REPORT_FILE = "corpus_report.json"  # the corpus report of the run's data, and its plan's epochs
 PLAN_FILE = "plan.json"  # what training.budget chose, and the shapes it weighed
 FINAL_DIR = "final"
+COMPLETE_MARKER = "checkpoint_complete.json"  # written last into a checkpoint: its files and their sizes
+TRAINER_STATE_NAME = "trainer_state.json"  # Trainer's, in every checkpoint
 CHECKPOINT_PREFIX = "checkpoint"  # Trainer's PREFIX_CHECKPOINT_DIR: `checkpoint-N`
 STAGING_PREFIX = ".staging-"  # a save in progress; never matches Trainer's `checkpoint-*` globs
 SET_ASIDE_PREFIX = "corrupt-"  # where a bad checkpoint is moved; also outside `checkpoint-*`
@@ -124,29 +126,3 @@ def read_log_records(path: Path, up_to_step: float = math.inf) -> list[dict[str,
             records.append(record)
     return records
 
-
-__all__ = [
-    "CHECKPOINT_PREFIX",
-    "CORPUS_REPORT_FILE",
-    "FINAL_DIR",
-    "LOSS_PLOT_FILE",
-    "METRICS_FILE",
-    "PLAN_FILE",
-    "RESOLVED_CONFIG_NAME",
-    "RUN_FILES",
-    "RUN_PAGE_FILE",
-    "SAMPLES_FILE",
-    "SAMPLE_HEADER",
-    "SET_ASIDE_PREFIX",
-    "STAGING_PREFIX",
-    "SUMMARY_FILE",
-    "Sample",
-    "checkpoint_step",
-    "format_sample",
-    "is_number",
-    "list_checkpoints",
-    "model_folder_name",
-    "read_log_records",
-    "read_run_config",
-    "read_samples",
-]

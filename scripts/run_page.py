@@ -2,8 +2,9 @@
 
     python scripts/run_page.py runs/smoke
 
-Training writes the page at its end; this draws it again for a run folder written before there
-was one, or after adding a file the page shows (corpus_report.json, plan.json). It prints the path.
+The end of a run writes it (with loss.png) through the same `write_report`; this draws both again
+for a run folder written before there was one, or after adding a file the page shows
+(corpus_report.json, plan.json). It prints the page's path.
 """
 
 from __future__ import annotations
@@ -14,13 +15,15 @@ from minigpt.errors import run_cli
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+    )
     parser.add_argument("run_dir", help="a training run's output folder (training.output_dir)")
     args = parser.parse_args(argv)
 
-    from minigpt.training.run_page import write_run_page  # matplotlib: only once the arguments are fine
+    from minigpt.reporting.report import write_report  # matplotlib: only once the arguments are fine
 
-    print(write_run_page(args.run_dir))
+    print(write_report(args.run_dir))
     return 0
 
 

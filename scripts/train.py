@@ -14,10 +14,9 @@ import sys
 from pathlib import Path
 
 from minigpt.console import never_failing_output
-from minigpt.cpu_load import choose_wait_policy
+from minigpt.cpu_load import choose_wait_policy, keep_freed_memory
 from minigpt.distributed import is_main_process, teardown_distributed
 from minigpt.errors import run_cli
-from minigpt.training.cpu_allocator import keep_freed_memory
 from minigpt.training.interrupt import StopController
 from minigpt.training.run_config import load_run_config
 
@@ -26,7 +25,7 @@ DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "shakespea
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
     )
     parser.add_argument(
         "items",
@@ -62,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     if run.hardware.keep_freed_memory:
         keep_freed_memory()
 
-    from minigpt.training.run import run_training  # heavy imports only once the config is known good
+    from minigpt.pipeline import run_training  # heavy imports only once the config is known good
 
     command = ["python", "scripts/train.py", display_path(args.config), *args.overrides, "--resume"]
     # A signal says all in one line at once, the resume command included.

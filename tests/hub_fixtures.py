@@ -47,7 +47,8 @@ def run_config_dict(train_file: Path, cache_dir: Path) -> dict:
 
 def make_run(root: Path, seed: int = 0, text_bytes: int = 30_000, tokenizer=None) -> Path:
     """`root/run/` with final/, a checkpoint full of Trainer's pickles, metrics, loss.png."""
-    from minigpt.training.summary import plot_loss_curves
+    from minigpt.reporting.plots import write_loss_png
+    from minigpt.reporting.run_folder import series
 
     run = root / "run"
     final, checkpoint = run / "final", run / "checkpoint-10"
@@ -72,7 +73,7 @@ def make_run(root: Path, seed: int = 0, text_bytes: int = 30_000, tokenizer=None
         {"step": 10, "eval_loss": 5.1, "eval_perplexity": 164.0, "eval_bpb": 4.41},
     ]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in history))
-    plot_loss_curves(history, run / "loss.png")
+    write_loss_png(series(history, "loss"), series(history, "eval_loss"), run / "loss.png", "MiniGPT: run")
     (run / "resolved_config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     return run
 

@@ -30,12 +30,9 @@ from minigpt.distributed import is_main_process, teardown_distributed
 from minigpt.training.callbacks import StopTrainingCallback
 from minigpt.training.checkpoints import CompleteCheckpointCallback, find_resume_checkpoint
 from minigpt.training.interrupt import StopController
-from minigpt.training.optimizers import muon_with_adamw
 
 VOCAB = 61
 SEQ_LEN = 16
-# --optim muon: torch.optim.Muon's keywords (LR in the "original" scale, Jordan et al. 2024).
-MUON_KWARGS = {"lr": 0.02, "momentum": 0.95, "weight_decay": 0.1, "adjust_lr_fn": "original"}
 
 
 class ProgressionDataset(torch.utils.data.Dataset):
@@ -132,7 +129,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--grad-accum", type=int, default=1)
     parser.add_argument("--num-samples", type=int, default=48)
     parser.add_argument("--dropout", type=float, default=0.1)
-    parser.add_argument("--optim", choices=("adamw", "muon"), default="adamw", help="muon: Muon + AdamW")
     parser.add_argument("--save-total-limit", type=int, default=None)
     parser.add_argument(
         "--best-is-highest-train-loss",
@@ -207,13 +203,8 @@ def train(options: argparse.Namespace, controller: StopController) -> dict | Non
     callbacks.append(CompleteCheckpointCallback(yaml.safe_dump(resolved, sort_keys=False), options.save_total_limit))
     KillInSaveTrainer.kill_in_save_at = options.kill_in_save_at
     model = MiniGPTForCausalLM(config)
-    optimizer = None  # Trainer's own AdamW
-    if options.optim == "muon":  # as MiniGPTTrainer builds it (weight decay on every matrix)
-        matrices = [name for name, param in model.named_parameters() if param.ndim == 2]
-        optimizer = muon_with_adamw(model, args, matrices, MUON_KWARGS)
     trainer = KillInSaveTrainer(
         model=model,
-        optimizers=(optimizer, None),  # Trainer builds the schedule on it
         args=args,
         train_dataset=ProgressionDataset(options.num_samples),
         eval_dataset=ProgressionDataset(16) if options.best_is_highest_train_loss else None,

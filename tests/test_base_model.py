@@ -27,7 +27,7 @@ from safetensors.torch import load_file
 from minigpt import MiniGPTConfig, MiniGPTForCausalLM
 from minigpt.errors import ConfigError
 from minigpt.hub.publishing import publish
-from minigpt.training.run import run_training
+from minigpt.pipeline import run_training
 from minigpt.training.run_config import load_run_config
 
 SMOKE = REPO_ROOT / "configs" / "smoke.yaml"

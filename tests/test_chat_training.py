@@ -22,7 +22,7 @@ from minigpt.data.conversations import Conversation
 from minigpt.data.token_bytes import token_byte_lengths
 from minigpt.data.tokenizer import load_tokenizer
 from minigpt.errors import DataError
-from minigpt.training.run import run_training
+from minigpt.pipeline import run_training
 from minigpt.training.run_config import load_run_config
 
 QUIET = ["data.show_progress=false", "tokenizer.show_progress=false", "hardware.bf16=false"]

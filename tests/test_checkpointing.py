@@ -106,9 +106,9 @@ def _truncate(path: Path) -> None:
         (lambda c: (c / "optimizer.pt").write_bytes(b""), "optimizer.pt is truncated or unreadable"),
         (lambda c: _truncate(c / "optimizer.pt"), "optimizer.pt is truncated or unreadable"),
         (lambda c: (c / "scheduler.pt").unlink(), "scheduler.pt is missing"),
-        (lambda c: (c / "rng_state.pth").unlink(), "no rng_state*.pth"),
+        (lambda c: (c / "rng_state.pth").unlink(), "rng_state.pth is missing"),
         (lambda c: (c / "trainer_state.json").unlink(), "trainer_state.json is missing"),
-        (lambda c: (c / "trainer_state.json").write_text('{"global_st'), "trainer_state.json is unreadable"),
+        (lambda c: (c / "trainer_state.json").write_text('{"global_st'), "trainer_state.json is truncated or unreadable"),
         (lambda c: [p.unlink() for p in c.iterdir() if p.name != COMPLETE_MARKER], "trainer_state.json is missing"),
     ],
     ids=[

@@ -302,7 +302,7 @@ def test_settings_errors_are_one_line_naming_the_key(tmp_path):
 
 
 def test_a_run_prints_the_report_and_writes_it_into_its_folder(tmp_path, capsys):
-    from minigpt.training.run import run_training
+    from minigpt.pipeline import run_training
 
     corpus = tmp_path / "small.txt"
     corpus.write_text(SHAKESPEARE.read_text()[:845])

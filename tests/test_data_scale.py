@@ -311,8 +311,8 @@ def test_a_resumed_run_fetches_only_the_blocks_it_trains_on(tmp_path, monkeypatc
     from transformers import TrainerCallback
 
     from minigpt.data.training_blocks import TrainingBlocks
+    from minigpt.pipeline import run_training
     from minigpt.training.interrupt import StopController
-    from minigpt.training.run import run_training
 
     monkeypatch.chdir(REPO_ROOT)
     corpus = write(tmp_path / "corpus.txt", TEXT[:8000])  # one epoch: more steps than the run makes

@@ -257,21 +257,24 @@ def documented_value(cell: str, expected: object) -> object:
 
 
 def default_problems(text: str, sections: dict[str, type]) -> list[str]:
-    """Keys missing from, or extra in, configuration.md's tables, and defaults that differ."""
+    """Keys missing from, or extra in, configuration.md's tables, and defaults that differ. A section
+    that also takes TrainingArguments fields lists its own keys and the Trainer keys whose default
+    MiniGPT changes; it may list other Trainer keys, with Trainer's default."""
+    from minigpt.training.settings import section_types
+
     tables = documented_tables(text, r"^## The `(\w+)` section")
     problems = []
     for section, cls in sections.items():
-        documented = tables.get(section, {})
-        for f in dataclasses.fields(cls):
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-            if f.name not in documented:
-                problems.append(f"{section}.{f.name} is not documented")
-            elif (value := documented_value(documented[f.name], default)) != default:
-                problems.append(f"{section}.{f.name}: documented default {value!r}, the code's {default!r}")
-        fields = {f.name for f in dataclasses.fields(cls)}
-        problems += [
-            f"{section}.{key} is documented but not a setting" for key in documented if key not in fields
-        ]
+        documented, default = tables.get(section, {}), cls()
+        values = default.to_dict() if hasattr(default, "to_dict") else dataclasses.asdict(default)
+        keys = section_types(cls)
+        for key in [*values, *(k for k in documented if k not in values)]:
+            if key not in keys:
+                problems.append(f"{section}.{key} is documented but not a setting")
+            elif key not in documented:
+                problems.append(f"{section}.{key} is not documented")
+            elif (value := documented_value(documented[key], getattr(default, key))) != getattr(default, key):
+                problems.append(f"{section}.{key}: documented default {value!r}, the code's {getattr(default, key)!r}")
     return problems
 
 

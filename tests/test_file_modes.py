@@ -13,7 +13,7 @@ from conftest import SHAKESPEARE
 
 from minigpt.atomic import atomic_output_dir, atomic_write_file
 from minigpt.hub.publishing import publish
-from minigpt.training.run import run_training
+from minigpt.pipeline import run_training
 from minigpt.training.run_config import load_run_config
 
 REPO = Path(__file__).resolve().parent.parent

@@ -81,7 +81,7 @@ def test_both_batch_layouts_fit_their_gpu_with_room_and_train_the_same_batch():
 
 
 def test_the_124m_config_trains_two_steps_on_a_cpu(tmp_path, capsys):
-    from minigpt.training.run import run_training
+    from minigpt.pipeline import run_training
 
     run_config = load_run_config(GPT2_SMALL)
     tokenizer = exact_size_tokenizer(tmp_path / "tokenizer", run_config.tokenizer.vocab_size)

@@ -38,8 +38,8 @@ from conftest import (
 from gpt2_small_fixtures import GPT2_SMALL, exact_size_tokenizer, gpt2_small_overrides
 
 from minigpt import MiniGPTConfig, MiniGPTForCausalLM
+from minigpt.training.flops import datasheet_peak, device_name, resolve_peak_flops
 from minigpt.training.memory_estimate import estimate_training_memory, size
-from minigpt.training.peak_flops import datasheet_peak, device_name, resolve_peak_flops
 
 pytestmark = [
     pytest.mark.gpu,
@@ -204,8 +204,8 @@ def test_a_wall_clock_budget_measures_its_step_times_on_the_gpu(tmp_path, capsys
     """training.budget on a GPU: the shapes' step times are measured on the GPU the run trains on
     (a CPU's would plan a fraction of the steps the budget buys), choosing takes at most 5% of the
     budget, and the run ends by the budget."""
+    from minigpt.pipeline import run_training
     from minigpt.training import sizing
-    from minigpt.training.run import run_training
     from minigpt.training.run_config import load_run_config
 
     measured_on, real_measure = [], sizing.measure_step_seconds
@@ -269,7 +269,7 @@ def read_losses(output_dir: Path) -> list[tuple[int, float]]:
 def test_the_gpu_profile_trains_the_smoke_config_and_mfu_names_the_datasheet_peak(tmp_path, capsys):
     """configs/smoke.yaml under hardware.profile=gpu-bf16 (bf16, TF32, sdpa, fused AdamW, loader
     workers; compile is the next test's) through run_training on the GPU."""
-    from minigpt.training.run import run_training
+    from minigpt.pipeline import run_training
     from minigpt.training.run_config import load_run_config
 
     overrides = small_run_overrides(tmp_path / "run", write_small_corpus(tmp_path))
@@ -375,7 +375,7 @@ def test_gpt2_small_speed_and_mfu_against_the_datasheet_peak(tmp_path, capsys):
     a pass) for SPEED_STEPS steps of one pass each (no accumulation: the speed is the pass's) on
     Tiny Shakespeare with a 50304-token tokenizer; prints tokens/s, MFU and the peak memory next to
     the estimate."""
-    from minigpt.training.run import run_training
+    from minigpt.pipeline import run_training
     from minigpt.training.run_config import load_run_config
 
     tokenizer = exact_size_tokenizer(tmp_path / "tokenizer", load_run_config(GPT2_SMALL).tokenizer.vocab_size)

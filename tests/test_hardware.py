@@ -93,7 +93,7 @@ def test_run_training_restores_the_process_settings(tmp_path, monkeypatch):
     was when it returns."""
     from conftest import small_run, write_small_corpus
 
-    from minigpt.training.run import run_training
+    from minigpt.pipeline import run_training
 
     before = torch.get_num_threads()
     torch.set_num_threads(2)

@@ -414,8 +414,8 @@ def test_model_argument_resolves_runs_checkpoints_and_repo_ids(published, tmp_pa
 
 
 def test_file_names_match_what_training_writes():
+    from minigpt import run_layout as training
     from minigpt.hub import publishing
-    from minigpt.training import run_folder as training
     from minigpt.training.checkpoints import RESOLVED_CONFIG_NAME
 
     assert publishing.RESOLVED_CONFIG_NAME == RESOLVED_CONFIG_NAME
@@ -425,7 +425,7 @@ def test_file_names_match_what_training_writes():
 
 def test_a_run_with_local_paths_publishes_none_of_them(tmp_path, monkeypatch):
     """A real (tiny) run with absolute and `../` paths: no published file names a local folder."""
-    from minigpt.training.run import run_training
+    from minigpt.pipeline import run_training
     from minigpt.training.run_config import build_run_config, load_run_config
 
     text = (REPO_ROOT / "data" / "tinyshakespeare.txt").read_text()

@@ -96,35 +96,6 @@ def test_three_batch_layouts_give_the_same_loss_curve(tmp_path, subprocess_env):
     assert not list(output_dir.glob(".staging-*"))
 
 
-def test_muon_on_two_processes_gives_the_one_process_loss_curve(tmp_path, subprocess_env):
-    """Muon + AdamW: DDP averages the gradients before the step, so every process orthogonalises the
-    same momentum and 2 x 4 stays on the 1 x 8 curve."""
-    muon = [*LAYOUT_ARGS, "--optim", "muon"]
-    argv = [
-        "--output-dir",
-        str(tmp_path / "1x8"),
-        "--result",
-        str(tmp_path / "1x8"),
-        *muon,
-        "--batch-size",
-        "8",
-    ]
-    assert resume_worker.main(argv) == 0
-    one_by_8 = worker_losses(tmp_path / "1x8")
-
-    output_dir = tmp_path / "2x4"
-    command = [*accelerate_two_processes(), resume_worker.__file__, "--output-dir", str(output_dir)]
-    command += ["--result", str(output_dir), *muon, "--batch-size", "4"]
-    run = subprocess.run(
-        command, cwd=REPO_ROOT, env=subprocess_env, capture_output=True, text=True, timeout=600
-    )
-    assert run.returncode == 0, run.stdout + run.stderr
-    two_by_4 = worker_losses(output_dir)
-
-    assert one_by_8[-1] < one_by_8[0] - 0.2
-    for step, (a, b) in enumerate(zip(one_by_8, two_by_4, strict=True), start=1):
-        assert b == pytest.approx(a, rel=1e-4), f"2x4 differs from 1x8 at step {step}"
-
 
 def test_a_signal_to_one_process_stops_both_at_the_same_step(tmp_path, subprocess_env):
     output_dir = tmp_path / "run"

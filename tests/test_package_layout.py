@@ -13,7 +13,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "minigpt"
 
-# Pipeline stages, bottom first: a module may import its own stage and the stages below it.
+# Pipeline stages, bottom first: a module may import its own stage and the stages below it. Data
+# flows model <- data <- training <- reporting; the stages that use a trained model sit beside or
+# above training, never below it.
 STAGE_RANK = {
     "minigpt.errors": 0,
     "minigpt.atomic": 0,
@@ -24,16 +26,22 @@ STAGE_RANK = {
     "minigpt.console": 0,
     "minigpt.model": 1,
     "minigpt.data": 2,
-    "minigpt.export": 3,  # stock architectures and GGUF, in and out: imports the model and data stages
-    "minigpt.hub": 4,  # store, loading by id or folder, publishing (publishes the stock form): below training
-    "minigpt.generation": 5,  # sampling from any model: what training's samples use too
-    "minigpt.chat": 5.5,  # chat-ready models and sessions: samples replies (conversations are a data format)
-    "minigpt.training": 6,  # starts from trained, published or stock models
-    "minigpt.evaluation": 7,
-    "minigpt.metrics": 7,
-    "minigpt.app": 8,  # the web app: runs training, loads and generates
-    "minigpt.serving": 8,  # OpenAI-compatible servers on the export stage's files
+    "minigpt.training": 3,
+    "minigpt.reporting": 4,  # reads a run folder after training
+    "minigpt.generation": 4,
+    "minigpt.export": 4,  # stock architectures and GGUF, out and in
+    "minigpt.hub": 5,  # store, loading by id or folder, publishing (the stock form too), a run's base model
+    "minigpt.evaluation": 6,
+    "minigpt.metrics": 6,
+    "minigpt.chat": 6,  # talking to a model: samples replies through generation
+    "minigpt.serving": 7,  # OpenAI-compatible servers on the export stage's files
+    "minigpt.pipeline": 8,  # what scripts/train.py and the app run: base model, training, report
+    "minigpt.app": 9,  # the web app: runs training, loads and generates
 }
+# Training imports only these stages: never a stage that uses a trained model or comes after it.
+TRAINING_MAY_IMPORT = {"minigpt.errors", "minigpt.atomic", "minigpt.distributed", "minigpt.cpu_load",
+                       "minigpt.run_layout", "minigpt.cache_dir", "minigpt.console", "minigpt.model", "minigpt.data",
+                       "minigpt.training"}
 
 
 def module_name(path: Path) -> str:
@@ -127,6 +135,19 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         if start not in state and (cycle := visit(start)):
             return cycle
     return None
+
+
+def test_training_imports_only_the_model_the_data_and_the_leaf_helpers():
+    """Followed through every import at any depth: no export, hub, chat, generation, app, serving or
+    reporting module is reached from training."""
+    modules = all_modules()
+    seen, todo = set(), [m for m in modules if m.startswith("minigpt.training")]
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo.extend(internal_imports(modules[name], modules) - {"minigpt"})
+    assert sorted({stage_of(m) for m in seen} - TRAINING_MAY_IMPORT) == []
 
 
 def test_find_cycle_detects_a_circle():

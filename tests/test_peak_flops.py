@@ -11,8 +11,8 @@ import pytest
 import torch
 from conftest import busy_cores
 
-from minigpt.training import peak_flops
-from minigpt.training.peak_flops import (
+from minigpt.training import flops as peak_flops
+from minigpt.training.flops import (
     MEASURE_SECONDS,
     PeakMeasurement,
     datasheet_peak,
@@ -167,7 +167,7 @@ def test_a_slow_measured_peak_is_measured_once_within_its_time_and_kept_as_measu
     measured peak (above 100% here, which says the peak is low), and the cache keeps the measurement."""
     from conftest import small_run, write_small_corpus
 
-    from minigpt.training.run import run_training
+    from minigpt.pipeline import run_training
 
     monkeypatch.setenv("MINIGPT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(peak_flops, "_matmul", slow_matmul(2e8))  # 0.17 s a 256^3 multiply: no growth, about 5 runs

@@ -13,7 +13,7 @@ from conftest import child_env, load_script
 
 from minigpt.errors import ConfigError
 from minigpt.training.run_config import load_run_config
-from minigpt.training.run_folder import check_resume_target, claim_output_dir, run_outputs
+from minigpt.training.start import check_resume_target, claim_output_dir, run_outputs
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN_SCRIPT = REPO / "scripts" / "train.py"

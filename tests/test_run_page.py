@@ -29,16 +29,11 @@ from conftest import (
 )
 
 from minigpt.errors import ConfigError
+from minigpt.reporting.report import write_report as write_run_page  # the page and loss.png, as a run ends
+from minigpt.reporting.run_folder import MAX_CURVE_POINTS, count_parameters, run_samples, thin
+from minigpt.reporting.run_page import SECTIONS
 from minigpt.run_layout import Sample, format_sample
 from minigpt.training.run_config import build_run_config
-from minigpt.training.run_page import (
-    MAX_CURVE_POINTS,
-    SECTIONS,
-    count_parameters,
-    run_samples,
-    thin,
-    write_run_page,
-)
 
 SCREENSHOT = REPO_ROOT / "docs" / "run-page.png"
 CHAT_PROMPT = "<|im_start|>user\nWho is there?<|im_end|>\n<|im_start|>assistant\n"
@@ -285,7 +280,7 @@ def test_the_script_redraws_the_page_of_a_run_folder(tmp_path, capsys):
 
 
 def test_a_training_run_ends_with_its_page(tmp_path, capsys):
-    from minigpt.training.run import run_training
+    from minigpt.pipeline import run_training
 
     folder = tmp_path / "run"
     run = small_run(folder, write_small_corpus(tmp_path), "training.max_steps=4", "training.logging_steps=2")

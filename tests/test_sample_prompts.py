@@ -69,7 +69,7 @@ def test_corpus_prompts_of_conversations_end_at_the_first_reply():
 def test_a_run_without_prompts_samples_its_own_corpus_and_writes_them_down(tmp_path):
     """The smoke recipe on a small corpus with `training.sample_prompts=null`: the prompts are lines
     of the corpus, said at the start, in resolved_config.yaml and in samples.txt."""
-    from minigpt.training.run import run_training
+    from minigpt.pipeline import run_training
     from minigpt.training.run_config import load_run_config
 
     corpus = write_small_corpus(tmp_path)

@@ -33,7 +33,7 @@ def test_counts_are_said_in_words():
 
 
 def test_a_start_refused_for_its_data_leaves_no_run_file(tmp_path):
-    from minigpt.training.run import run_training
+    from minigpt.pipeline import run_training
 
     (tmp_path / "binary.txt").write_bytes(bytes(range(256)) * 64)
     run = load_run_config(

@@ -21,7 +21,7 @@ step()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range(10):
     step()
-from minigpt.training.cpu_allocator import keep_freed_memory
+from minigpt.cpu_load import keep_freed_memory
 print(keep_freed_memory(), (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 10)
 """
 

@@ -18,17 +18,13 @@ from transformers import TrainerCallback
 
 from minigpt.data.run_data import prepare_run_data
 from minigpt.errors import ConfigError
-from minigpt.training.callbacks import (
-    MetricsFileCallback,
-    ThroughputMeter,
-    flops_per_token,
-    format_log_line,
-    matmul_parameter_count,
-)
+from minigpt.pipeline import run_training
+from minigpt.training.callbacks import MetricsFileCallback, format_log_line
+from minigpt.training.flops import ThroughputMeter, flops_per_token, matmul_parameter_count
 from minigpt.training.interrupt import StopController
-from minigpt.training.run import build_model_config, build_trainer, new_model, run_training
+from minigpt.training.run import build_model_config, new_model
 from minigpt.training.run_config import load_run_config
-from minigpt.training.trainer import training_arguments
+from minigpt.training.trainer import build_trainer, training_arguments
 
 REPO = Path(__file__).resolve().parent.parent
 SMOKE = REPO / "configs" / "smoke.yaml"
@@ -181,10 +177,9 @@ def train_losses(tmp_path: Path, tokenizer_dir: Path, *overrides: str) -> list[f
     return [r["loss"] for r in result.log_history if "loss" in r]
 
 
-@pytest.mark.parametrize("optim", ["adamw_torch_fused", "muon"])
-def test_accumulation_2_x_batch_4_equals_batch_8(tmp_path, tokenizer_dir, monkeypatch, optim):
+def test_accumulation_2_x_batch_4_equals_batch_8(tmp_path, tokenizer_dir, monkeypatch):
     monkeypatch.chdir(REPO)  # the smoke config names data/tinyshakespeare.txt relative to the repo
-    optimizer = [f"training.optim={optim}", "training.muon_learning_rate=3e-3"]
+    optimizer = ["training.optim=adamw_torch_fused"]
     batch_8 = train_losses(
         tmp_path / "b8", tokenizer_dir, "hardware.per_device_train_batch_size=8", *optimizer
     )
@@ -253,63 +248,17 @@ def test_weight_decay_lands_on_exactly_the_weight_matrices(
     assert all(g["weight_decay"] in (0.0, 0.1) for g in trainer.optimizer.param_groups)
 
 
-@pytest.mark.parametrize(
-    "overrides",
-    [
-        (),
-        ("model.tie_word_embeddings=false",),
-        ("model.norm_type=rmsnorm", "model.qk_norm=true", "model.mlp_type=gated"),
-        ("training.decay_embeddings=true",),  # configs/shakespeare-muon.yaml's setting
-    ],
-    ids=["default", "untied_head", "llama_style", "decay_embeddings"],
-)
-def test_muon_takes_the_block_matrices_and_adamw_the_rest(tmp_path, tokenizer_dir, monkeypatch, overrides):
-    monkeypatch.chdir(REPO)
-    trainer = tiny_trainer(
-        tmp_path, tokenizer_dir, "training.optim=muon", "training.muon_learning_rate=0.01", *overrides
-    )
-    optimizer = trainer.create_optimizer()
-    by_optimizer = {
-        name: {n for g in inner.param_groups for n in g["param_names"]}
-        for name, inner in optimizer.optimizers.items()
-    }
-    everything = {n for n, _ in trainer.model.named_parameters()}
-    assert by_optimizer["muon"] == MATRICES and by_optimizer["adamw"] == everything - MATRICES
-    (muon_group,) = optimizer.optimizers["muon"].param_groups
-    assert (muon_group["lr"], muon_group["weight_decay"], muon_group["adjust_lr_fn"]) == (
-        0.01,
-        0.1,
-        "match_rms_adamw",
-    )
-    # AdamW keeps training.learning_rate and decays only the matrices it holds (an untied head).
-    decayed = {
-        n
-        for g in optimizer.optimizers["adamw"].param_groups
-        if g["weight_decay"] > 0
-        for n in g["param_names"]
-    }
-    expected = {
-        ("model.tie_word_embeddings=false",): {"lm_head.weight"},
-        ("training.decay_embeddings=true",): {"transformer.wte.weight", "transformer.wpe.weight"},
-    }
-    assert decayed == expected.get(overrides, set())
-    assert {g["lr"] for g in optimizer.optimizers["adamw"].param_groups} == {trainer.args.learning_rate}
-
-
-def test_muon_run_schedules_both_groups_with_bf16_accumulation_and_clipping(
-    tmp_path, tokenizer_dir, monkeypatch
-):
+def test_a_run_schedules_its_groups_with_bf16_accumulation_and_clipping(tmp_path, tokenizer_dir, monkeypatch):
     """Through Trainer's loop (Accelerate's prepare() reloads the optimizer state, the scheduler steps
-    it): each group follows warmup + cosine from its own peak down to the same fraction of it."""
+    it): every group follows warmup + cosine from the peak down to training.min_learning_rate."""
     monkeypatch.chdir(REPO)
     seen: list[tuple[float, float, float]] = []
 
     class RecordLearningRates(TrainerCallback):
         def on_step_end(self, args, state, control, optimizer=None, **kwargs):
-            inner = optimizer.optimizer.optimizers  # Accelerate's wrapper around the CompositeOptimizer
-            lrs = [g["lr"] for name in ("adamw", "muon") for g in inner[name].param_groups]
-            assert len(set(lrs[:-1])) == 1  # AdamW's groups move together
-            seen.append((state.global_step, lrs[0], lrs[-1]))
+            lrs = [g["lr"] for g in optimizer.optimizer.param_groups]  # Accelerate's wrapper around AdamW
+            assert len(set(lrs)) == 1  # the decayed and undecayed groups move together
+            seen.append((state.global_step, lrs[0]))
 
     steps = 8
     run = smoke_run(
@@ -317,22 +266,20 @@ def test_muon_run_schedules_both_groups_with_bf16_accumulation_and_clipping(
         tokenizer_dir,
         *(f"training.max_steps={steps}", "training.warmup_steps=2", "training.logging_steps=1"),
         *("training.eval_steps=100", "training.save_steps=100", "training.sample_steps=0"),
-        *("training.optim=muon", "training.muon_learning_rate=0.02", "training.muon_adjust_lr=original"),
         *("hardware.bf16=true", "hardware.gradient_accumulation_steps=2", "training.max_grad_norm=0.5"),
     )
     result = run_training(run, callbacks=[RecordLearningRates()])
     t = run.training
-    assert [step for step, _, _ in seen] == list(range(1, steps + 1))
-    for step, adamw_lr, muon_lr in seen:  # the LR after `step` optimizer steps, as the schedule sets it
+    assert [step for step, _ in seen] == list(range(1, steps + 1))
+    for step, adamw_lr in seen:  # the LR after `step` optimizer steps, as the schedule sets it
         warmup = min(step / t.warmup_steps, 1.0)
         progress = max(step - t.warmup_steps, 0) / (steps - t.warmup_steps)
         floor = t.min_learning_rate / t.learning_rate
         factor = warmup * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress)))
         assert adamw_lr == pytest.approx(t.learning_rate * factor), step
-        assert muon_lr == pytest.approx(t.muon_learning_rate * factor), step
     records = [r for r in result.log_history if "loss" in r]
     # Trainer logs the LR each step ran with (AdamW's: group 0), set by the scheduler one step before.
-    assert [r["learning_rate"] for r in records] == pytest.approx([0.0] + [lr for _, lr, _ in seen][:-1])
+    assert [r["learning_rate"] for r in records] == pytest.approx([0.0] + [lr for _, lr in seen][:-1])
     assert max(r["grad_norm"] for r in records) > 0.5  # clipping had something to clip
     assert records[-1]["loss"] < records[0]["loss"] - 0.1  # 8 steps, 2 of them warmup
 

@@ -12,9 +12,9 @@ from transformers import TrainerCallback, TrainerState
 
 from minigpt.data.packing import block_features
 from minigpt.data.training_blocks import TrainingBlocks, epoch_offset
+from minigpt.pipeline import run_training
 from minigpt.training.callbacks import EpochCallback
 from minigpt.training.interrupt import StopController
-from minigpt.training.run import run_training
 
 BLOCK = 8
 

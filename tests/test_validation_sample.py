@@ -14,7 +14,7 @@ from conftest import REPO_ROOT, small_run, write_small_corpus
 from minigpt.data.corpus import prepare_corpus
 from minigpt.data.tokenizer import load_tokenizer
 from minigpt.data.validation_sample import sample_indices, validation_sample
-from minigpt.training.run import run_training
+from minigpt.pipeline import run_training
 from minigpt.training.run_config import load_run_config
 from minigpt.training.trainer import MiniGPTTrainer
 

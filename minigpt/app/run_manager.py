@@ -16,11 +16,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from minigpt.errors import ConfigError, MiniGPTUserError
+from minigpt.run_layout import METRICS_FILE, SAMPLES_FILE
 from minigpt.training.checkpoints import find_resume_checkpoint
 from minigpt.training.interrupt import StopController
 from minigpt.training.run_config import load_run_config
-from minigpt.training.run_folder import METRICS_FILE, SAMPLES_FILE, check_resume_target, claim_output_dir
 from minigpt.training.settings import RunConfig
+from minigpt.training.start import check_resume_target, claim_output_dir
 
 from .live_state import (
     FAILED,
@@ -116,7 +117,7 @@ class RunManager:
                     claim_output_dir(output_dir, overwrite=False, resume_command="Resume")
                 message = f"started: {config} -> {output_dir}"
                 if run.model.init_from is not None:  # a base that is not there is said at once
-                    from minigpt.training.base_model import find_base_model  # imports transformers
+                    from minigpt.hub.base_model import find_base_model  # imports transformers
 
                     find_base_model(run.model)
                     message += f", starting from {run.model.init_from}"
@@ -169,7 +170,7 @@ class RunManager:
 
     def _run(self, run: RunConfig, controller: StopController, resume: bool) -> tuple[str, str, dict]:
         """Train; returns the run's last (status, one-line message, record changes)."""
-        from minigpt.training.run import run_training  # heavy: torch, transformers, datasets
+        from minigpt.pipeline import run_training  # heavy: torch, transformers, datasets
 
         output_dir = Path(run.training.output_dir)
         callback = LiveStateCallback(self.state, output_dir, SAMPLES_FILE, METRICS_FILE)

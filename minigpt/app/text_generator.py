@@ -20,7 +20,7 @@ from typing import Any
 from minigpt.evaluation import read_run_config
 from minigpt.generation import SamplingSettings, random_seed, stream_text
 from minigpt.hub.loading import ModelLocation, load_model, load_tokenizer, resolve_model
-from minigpt.training.run_folder import FINAL_DIR, RESOLVED_CONFIG_NAME, list_checkpoints
+from minigpt.run_layout import FINAL_DIR, RESOLVED_CONFIG_NAME, list_checkpoints
 
 
 @dataclass

@@ -1,12 +1,8 @@
-"""TrainerCallbacks of a MiniGPT run: step timing and throughput, readable log lines, metrics.jsonl,
-text samples, a stop on request or at a time, each epoch's block offset, what each process holds.
+"""TrainerCallbacks of a MiniGPT run: readable log lines, metrics.jsonl, text samples, a stop on
+request or at a time, each epoch's block offset, what each process holds (step timing: flops.py).
 
 Each is a plain `transformers.TrainerCallback`, so a UI can watch a run the same way: pass your
 own callbacks to `run_training(..., callbacks=[...])` and read `logs` in `on_log`.
-
-Throughput is measured here because Trainer reports samples/s for the whole run only, and its
-`total_flos` (6 x parameters x tokens) leaves out attention, which matters at small widths and
-long contexts. MFU divides by a device's peak FLOP/s (`peak_flops.py`).
 """
 
 from __future__ import annotations
@@ -36,100 +32,8 @@ from transformers import (
 from transformers.trainer_callback import ProgressCallback
 
 from ..atomic import atomic_write_file
-from ..generation import SamplingSettings, generate_samples
 from ..run_layout import format_sample
 from .interrupt import StopController
-
-
-def matmul_parameter_count(model: nn.Module, config: Any) -> int:
-    """Parameters that take part in a matmul per token: all but the embedding lookups, plus the head.
-
-    Token and position embeddings are table lookups (no FLOPs); the output head is a
-    (hidden x vocab) matmul even when it shares its weight with the token embedding.
-    """
-    embedding_params = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Embedding))
-    total = sum(p.numel() for p in model.parameters())  # tied weights counted once
-    return total - embedding_params + config.vocab_size * config.hidden_size
-
-
-def flops_per_token(model: nn.Module, config: Any, seq_len: int) -> float:
-    """Training FLOPs per token (forward + backward): 6N + 12 L C T (PaLM, Chowdhery et al. 2022, App. B).
-
-    6N: two FLOPs per multiply-add, forward once and backward twice over N matmul parameters.
-    12 L C T: attention scores (QK^T) and the weighted sum (AV), each 2 C T per token and layer
-    forward, times 3 for forward + backward, over the full T x T matrix as kernels compute it.
-    """
-    n = matmul_parameter_count(model, config)
-    attention = 12 * config.num_hidden_layers * config.hidden_size * seq_len
-    return 6.0 * n + attention
-
-
-class ThroughputMeter:
-    """Tokens/s and MFU over the optimizer steps between two log lines.
-
-    Only time inside optimizer steps counts (start_step/end_step), so evaluation, sampling and
-    checkpointing between steps do not make training look slower than it is.
-    """
-
-    def __init__(
-        self, samples_per_step: int, block_size: int, flops_per_token: float, peak_flops: float, num_devices: int
-    ) -> None:
-        self.samples_per_step = samples_per_step  # blocks per optimizer step, across all processes
-        self.tokens_per_step = samples_per_step * block_size
-        self.flops_per_token = flops_per_token
-        self.peak_flops = peak_flops  # of one device
-        self.num_devices = num_devices
-        self.step_started: float | None = None
-        self.window_seconds = 0.0
-        self.window_steps = 0
-        self.steps_timed = 0  # optimizer steps of this process's session (a resumed run counts from its resume)
-
-    def start_step(self) -> None:
-        self.step_started = time.perf_counter()
-
-    def end_step(self) -> None:
-        if self.step_started is not None:
-            self.window_seconds += time.perf_counter() - self.step_started
-            self.window_steps += 1
-            self.steps_timed += 1
-            self.step_started = None
-
-    def take_window(self) -> dict[str, float]:
-        """{"tokens_per_second", "mfu"} over the steps since the last call (empty if none); resets."""
-        if self.window_steps == 0 or self.window_seconds <= 0:
-            return {}
-        tokens_per_second = self.window_steps * self.tokens_per_step / self.window_seconds
-        achieved = tokens_per_second * self.flops_per_token / self.num_devices  # FLOP/s per device
-        self.window_seconds, self.window_steps = 0.0, 0
-        return {"tokens_per_second": tokens_per_second, "mfu": achieved / self.peak_flops}
-
-    def session_rates(self, runtime: float) -> dict[str, float]:
-        """Steps, samples and tokens per second of the steps trained in `runtime` seconds. Trainer's own
-        `train_*_per_second` count `max_steps`, which a run stopped early (max_time, Ctrl-C) or resumed
-        never trained."""
-        if runtime <= 0:
-            return {}
-        steps = self.steps_timed
-        return {
-            "train_steps_per_second": steps / runtime,
-            "train_samples_per_second": steps * self.samples_per_step / runtime,
-            "train_tokens_per_second": steps * self.tokens_per_step / runtime,
-        }
-
-
-class StepTimerCallback(TrainerCallback):
-    """Times each optimizer step for the throughput meter (register it before other callbacks)."""
-
-    def __init__(self, meter: ThroughputMeter) -> None:
-        self.meter = meter
-
-    def on_step_begin(self, args, state, control, **kwargs) -> None:
-        self.meter.start_step()
-
-    def on_step_end(self, args, state, control, **kwargs) -> None:
-        if args.device.type == "cuda":
-            torch.cuda.synchronize(args.device)  # kernels are asynchronous: time them, not their launch
-        self.meter.end_step()
 
 
 class EpochCallback(TrainerCallback):
@@ -258,15 +162,33 @@ def format_count(n: float) -> str:
 
 
 class LogLineProgressCallback(ProgressCallback):
-    """Trainer's progress bar, with each log record written above it as one readable line.
+    """Trainer's progress bars in a terminal, with each log record written above them as one readable
+    line; written to a file or a pipe, the lines alone (a bar's cursor codes would garble the log).
 
     Once a stop is requested (Ctrl-C), no more lines are printed: the stop's own line is the last
     (the records still go to metrics.jsonl).
     """
 
-    def __init__(self, stop_controller: StopController | None = None) -> None:
+    def __init__(self, stop_controller: StopController | None = None, bars: bool | None = None) -> None:
         super().__init__()
         self.stop_controller = stop_controller
+        self.bars = sys.stderr.isatty() if bars is None else bars
+
+    def on_train_begin(self, args, state, control, **kwargs) -> None:
+        if self.bars:
+            super().on_train_begin(args, state, control, **kwargs)
+
+    def on_prediction_step(self, args, state, control, eval_dataloader=None, **kwargs) -> None:
+        if self.bars:
+            super().on_prediction_step(args, state, control, eval_dataloader=eval_dataloader, **kwargs)
+
+    def on_step_end(self, args, state, control, **kwargs) -> None:
+        if self.training_bar is not None:
+            super().on_step_end(args, state, control, **kwargs)
+
+    def on_train_end(self, args, state, control, **kwargs) -> None:
+        if self.training_bar is not None:
+            super().on_train_end(args, state, control, **kwargs)
 
     def on_log(self, args, state, control, logs=None, **kwargs) -> None:
         if not state.is_world_process_zero or logs is None:
@@ -339,9 +261,8 @@ def _jsonable(value: Any) -> Any:
 class SampleTextCallback(TrainerCallback):
     """Every `every` steps and at the end, continue each prompt, print it and append it to samples.txt.
 
-    Sampling (`minigpt.generation.generate_samples`) leaves torch's random state as it was: it must
-    not consume the training RNG, or a resumed run would draw different dropout masks than an
-    uninterrupted one. The samples of a step are the same for the same seed (`seed` + the step).
+    Sampling leaves torch's random state as it was: drawing from the training RNG would give a
+    resumed run other dropout masks than an uninterrupted one (`texts_at`).
     """
 
     def __init__(
@@ -386,22 +307,39 @@ class SampleTextCallback(TrainerCallback):
         if state.global_step >= state.max_steps and self.last_sampled_step != state.global_step:
             self.sample(args, state, model)
 
+    @torch.no_grad()
     def texts_at(self, model: torch.nn.Module, step: int) -> list[str]:
-        """One continuation per prompt, as sampled at `step`; an empty prompt starts a new document,
-        a long one keeps its tail that leaves room for the new tokens."""
-        settings = SamplingSettings(
-            max_new_tokens=self.max_new_tokens,
-            temperature=self.temperature,
-            top_k=self.top_k or 0,  # 0: no filter (None would take the generation config's)
-            seed=self.seed + step,
+        """One continuation per prompt (the prompt included), as `model.generate` samples it at `step`.
+
+        Inside `fork_rng`, seeded with seed + step: the training RNG is never drawn from. An empty
+        prompt starts a new document; a long one keeps the tail that leaves room for the new tokens.
+        """
+        tokenizer = self.tokenizer
+        room = model.config.max_position_embeddings - self.max_new_tokens  # prompt tokens that fit
+        start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+        sampling = (
+            {"do_sample": True, "temperature": self.temperature, "top_k": self.top_k or 0}
+            if self.temperature > 0
+            else {"do_sample": False, "temperature": None, "top_k": None, "top_p": None}
         )
-        return [
-            generate_samples(
-                model, self.tokenizer, prompt, settings, stream=False, fit_prompt=True,
-                skip_special_tokens=not self.writes_special_tokens(prompt),
-            )[0]
-            for prompt in self.prompts
-        ]
+        devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+        was_training, texts = model.training, []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(self.seed + step)
+            model.eval()
+            for prompt in self.prompts:
+                ids = tokenizer(prompt, add_special_tokens=False).input_ids[-room:] if prompt else [start]
+                input_ids = torch.tensor([ids], device=model.device)  # (1, T)
+                output = model.generate(
+                    input_ids,
+                    attention_mask=torch.ones_like(input_ids),
+                    max_length=len(ids) + self.max_new_tokens,  # the generation config bounds by max_length
+                    pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else start,
+                    **sampling,
+                )  # (1, T + new)
+                texts.append(tokenizer.decode(output[0], skip_special_tokens=not self.writes_special_tokens(prompt)))
+        model.train(was_training)
+        return texts
 
     def writes_special_tokens(self, prompt: str) -> bool:
         """A prompt written with special tokens (a chat turn's `<|im_start|>user`...) is shown with
@@ -461,17 +399,3 @@ class StopTrainingCallback(TrainerCallback):
         dist.all_reduce(flags, op=dist.ReduceOp.MAX)  # (2,): any process asked, and its signal
         return bool(flags[0].item()), int(flags[1].item())
 
-
-__all__ = [
-    "EpochCallback",
-    "LogLineProgressCallback",
-    "MaxTimeCallback",
-    "MetricsFileCallback",
-    "ParameterLayoutCallback",
-    "SampleTextCallback",
-    "StepTimerCallback",
-    "StopTrainingCallback",
-    "ThroughputMeter",
-    "flops_per_token",
-    "format_log_line",
-]

@@ -24,36 +24,26 @@ import json
 import os
 import shutil
 import sys
-import zipfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
 import yaml
-from safetensors import safe_open
-from torch.distributed.checkpoint import FileSystemReader
 from transformers import TrainerCallback
 
 from ..atomic import atomic_write_file, fsync_dir
 from ..distributed import is_main_process
 from ..errors import ConfigError, MiniGPTUserError
-from .run_folder import (
+from ..run_layout import (
+    COMPLETE_MARKER,
     RESOLVED_CONFIG_NAME,
     SET_ASIDE_PREFIX,
+    TRAINER_STATE_NAME,
     checkpoint_step,
     list_checkpoints,
 )
 
-COMPLETE_MARKER = "checkpoint_complete.json"  # written last: the checkpoint's files and their sizes
-TRAINER_STATE_NAME = "trainer_state.json"
-WEIGHTS_NAME = "model.safetensors"
-WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
-OPTIMIZER_NAME = "optimizer.pt"
-SCHEDULER_NAME = "scheduler.pt"
-SCALER_NAME = "scaler.pt"
-FSDP_MODEL_NAME = "pytorch_model_fsdp"  # accelerate's FSDP model state: `.bin`, or a `_0/` folder when sharded
-FSDP_OPTIMIZER_NAME = "optimizer.bin"  # accelerate's FSDP optimizer state (full); `optimizer_0/` when sharded
 COMPARED_SECTIONS = ("model", "tokenizer", "data")  # run-config sections a resume must not change
 # Keys of those sections that change how the data is prepared or shown, never what it is.
 RESUME_MAY_DIFFER = ("tokenizer.show_progress", "data.show_progress", "data.num_proc", "data.cache_dir")
@@ -205,41 +195,15 @@ def _mb(n_bytes: int) -> str:
 def checkpoint_problems(checkpoint_dir: str | os.PathLike) -> list[str]:
     """What makes a checkpoint unusable for an exact resume; an empty list when it is complete.
 
-    The marker must be there (else the save never finished) and every file it lists must have its
-    size. Then the files Trainer's resume loads are checked as files: `trainer_state.json` parses
-    and names the folder's step, `model.safetensors` (or its shards) has a valid header covering
-    the whole file, and `optimizer.pt`, `scheduler.pt`, `scaler.pt` and every `rng_state*.pth` are
-    whole torch archives. Trainer resumes silently and inexactly without these (measured).
-    Under FSDP the model and optimizer are accelerate's files instead (`_fsdp_problems`); DeepSpeed's
-    `global_stepN/` is left to its loader.
+    The marker must be there (else the save never finished) and every file it lists, whatever the
+    layout (Trainer's, FSDP's, DeepSpeed's), must still have the size it had when it was marked:
+    Trainer resumes silently and inexactly without its optimizer, scheduler or RNG files.
     """
     folder = Path(checkpoint_dir)
-    if not folder.is_dir():
-        return ["not a folder"]
-    problems = _marker_problems(folder)
-    problems += _trainer_state_problems(folder)
-    if any(folder.glob(f"{FSDP_MODEL_NAME}*")):  # FSDP: what resume loads is its own layout
-        problems += _fsdp_problems(folder)
-    elif not any(folder.glob("global_step*")):  # DeepSpeed's layout its loader checks; else Trainer's
-        problems += _weights_problems(folder)
-        for name in (OPTIMIZER_NAME, SCHEDULER_NAME):
-            problems += _torch_archive_problems(folder / name)
-    if (folder / SCALER_NAME).exists():
-        problems += _torch_archive_problems(folder / SCALER_NAME)
-    rng_files = sorted(folder.glob("rng_state*.pth"))
-    if not rng_files:
-        problems.append("no rng_state*.pth")
-    for rng_file in rng_files:
-        problems += _torch_archive_problems(rng_file)
-    return list(dict.fromkeys(problems))
-
-
-def _marker_problems(folder: Path) -> list[str]:
     try:
-        marker = json.loads((folder / COMPLETE_MARKER).read_text())
-        sizes = dict(marker["files"])
+        sizes = dict(json.loads((folder / COMPLETE_MARKER).read_text())["files"])
     except FileNotFoundError:
-        return [f"no {COMPLETE_MARKER}: its save did not finish"]
+        return ["not a folder"] if not folder.is_dir() else [f"no {COMPLETE_MARKER}: its save did not finish"]
     except (ValueError, KeyError, TypeError, OSError):
         return [f"{COMPLETE_MARKER} is unreadable"]
     problems = []
@@ -249,87 +213,9 @@ def _marker_problems(folder: Path) -> list[str]:
             problems.append(f"{name} is missing")
         elif path.stat().st_size != size:
             problems.append(f"{name} is truncated or unreadable")
+    if TRAINER_STATE_NAME not in sizes:
+        problems.append(f"{TRAINER_STATE_NAME} is missing")
     return problems
-
-def _trainer_state_problems(folder: Path) -> list[str]:
-    try:
-        state = json.loads((folder / TRAINER_STATE_NAME).read_text())
-        step = state["global_step"]
-    except FileNotFoundError:
-        return [f"{TRAINER_STATE_NAME} is missing"]
-    except (ValueError, KeyError, TypeError, OSError):
-        return [f"{TRAINER_STATE_NAME} is unreadable"]
-    expected = checkpoint_step(folder)
-    if expected is not None and step != expected:
-        return [f"{TRAINER_STATE_NAME} is for step {step}"]
-    return []
-
-
-def _weights_problems(folder: Path) -> list[str]:
-    if (folder / WEIGHTS_INDEX_NAME).exists():
-        try:
-            shards = sorted(set(json.loads((folder / WEIGHTS_INDEX_NAME).read_text())["weight_map"].values()))
-        except (ValueError, KeyError, TypeError, AttributeError):
-            return [f"{WEIGHTS_INDEX_NAME} is unreadable"]
-    else:
-        shards = [WEIGHTS_NAME]
-    problems = []
-    for shard in shards:
-        path = folder / shard
-        if not path.exists():
-            problems.append(f"{shard} is missing")
-            continue
-        try:  # safe_open checks the header and that the data covers the whole file (no truncation)
-            with safe_open(str(path), framework="pt") as weights:
-                weights.keys()
-        except Exception:  # safetensors raises its own error type for every malformed file
-            problems.append(f"{shard} is truncated or unreadable")
-    return problems
-
-
-def _fsdp_problems(folder: Path) -> list[str]:
-    """Accelerate's FSDP files, which resume loads (`model.safetensors` beside them is for
-    `from_pretrained`): a full state dict as one torch archive each (`pytorch_model_fsdp.bin`,
-    `optimizer.bin`), or a sharded one as a torch.distributed.checkpoint folder each
-    (`pytorch_model_fsdp_0/`, `optimizer_0/`: one file per process and their index)."""
-    problems = []
-    if (folder / WEIGHTS_NAME).exists() or (folder / WEIGHTS_INDEX_NAME).exists():
-        problems += _weights_problems(folder)
-    for full, sharded in ((f"{FSDP_MODEL_NAME}.bin", f"{FSDP_MODEL_NAME}_0"), (FSDP_OPTIMIZER_NAME, "optimizer_0")):
-        if (folder / sharded).is_dir():
-            problems += _distributed_checkpoint_problems(folder / sharded)
-        else:
-            problems += _torch_archive_problems(folder / full)
-    return problems + _torch_archive_problems(folder / SCHEDULER_NAME)
-
-
-def _distributed_checkpoint_problems(path: Path) -> list[str]:
-    """A torch.distributed.checkpoint folder: its `.metadata` (written last, by the coordinating
-    process) reads, and every file it indexes holds the bytes it says (each process wrote one)."""
-    try:
-        metadata = FileSystemReader(str(path)).read_metadata()
-    except Exception:  # a missing, truncated or foreign index: whatever torch raises for it
-        return [f"{path.name}/.metadata is missing or unreadable"]
-    ends: dict[str, int] = {}
-    for info in metadata.storage_data.values():
-        ends[info.relative_path] = max(ends.get(info.relative_path, 0), info.offset + info.length)
-    problems = []
-    for name, end in sorted(ends.items()):
-        size = (path / name).stat().st_size if (path / name).exists() else None
-        if size is None:
-            problems.append(f"{path.name}/{name} is missing")
-        elif size < end:
-            problems.append(f"{path.name}/{name} is truncated")
-    return problems
-
-
-def _torch_archive_problems(path: Path) -> list[str]:
-    """`torch.save` writes a zip archive; a truncated one has no central directory at its end."""
-    if not path.exists():
-        return [f"{path.name} is missing"]
-    if not zipfile.is_zipfile(path):
-        return [f"{path.name} is truncated or unreadable"]
-    return []
 
 
 def set_aside(checkpoint_dir: Path) -> Path:

@@ -1,5 +1,5 @@
 """The machine side of a run: `auto` settings decided for this machine, and the CPU settings a run
-changes in its process (and gives back when it ends).
+changes in its process (the thread count, given back when it ends).
 
 `hardware.bf16: auto` turns bf16 autocast on where matmuls run faster in it: GPUs with bf16, and
 CPUs with bf16 matmul instructions, AMX-BF16 (Intel Sapphire Rapids and later) or AVX512-BF16 (AMD
@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 import torch
 
-from .cpu_allocator import keep_freed_memory
+from ..cpu_load import keep_freed_memory
 from .settings import HardwareSettings
 
 BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")  # /proc/cpuinfo flags of CPUs with bf16 matmul instructions
@@ -100,15 +100,3 @@ def apply_process_settings(hardware: HardwareSettings) -> None:
         keep_freed_memory()
     if hardware.torch_num_threads is not None:
         torch.set_num_threads(hardware.torch_num_threads)
-
-
-__all__ = [
-    "apply_process_settings",
-    "cpu_flags",
-    "cpu_has_fast_bf16",
-    "cpu_run_settings",
-    "on_cpu",
-    "resolve_hardware",
-    "tf32_matmuls",
-    "training_dtype",
-]

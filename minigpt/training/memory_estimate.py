@@ -43,8 +43,6 @@ from .settings import RunConfig
 FP32 = 4  # bytes: master weights, gradients, optimizer moments, the residual stream, the loss
 INDEX = 8  # bytes: an int64 token id or label
 ADAM_STATE_BYTES = 2 * FP32  # per parameter: AdamW's two fp32 moments
-MUON_STATE_BYTES = FP32  # one fp32 momentum buffer per matrix Muon steps
-MUON = "muon"
 
 
 @dataclass(frozen=True)
@@ -61,7 +59,6 @@ class MemoryEstimate:
     tokens: int  # per forward pass: per-device batch x block size
     evaluation_peak: int  # weights + optimizer states + weight copies + one evaluation forward
     eval_tokens: int  # per evaluation forward pass
-    optimizer: str  # what optimizer_states counts ("AdamW", "Muon + AdamW")
     precision: str  # "bf16", "fp16" or "fp32"
 
     @property
@@ -74,7 +71,7 @@ class MemoryEstimate:
         copies = f", {self.precision} weight copies {size(self.weight_copies)}" if self.weight_copies else ""
         return (
             f"memory: about {size(self.training_peak)} per device to train (weights {size(self.weights)}, "
-            f"{self.optimizer} states {size(self.optimizer_states)}{copies}, activations and gradients "
+            f"AdamW states {size(self.optimizer_states)}{copies}, activations and gradients "
             f"{size(self.peak_dynamic)} at {self.tokens:,} tokens a pass), {size(self.evaluation_peak)} to "
             "evaluate; an estimate of eager-mode tensors (docs/gpu.md#memory)"
         )
@@ -120,12 +117,6 @@ def matmul_weight_count(config: MiniGPTConfig) -> int:
     block = sum(i * o + (o if config.bias else 0) for i, o in linears)
     return config.num_hidden_layers * block + V * C
 
-
-def muon_parameter_count(config: MiniGPTConfig) -> int:
-    """The blocks' weight matrices: what Muon steps (optimizers.py); the rest stays with AdamW."""
-    C, inner = config.hidden_size, config.intermediate_size
-    fc_width = 2 * inner if config.mlp_type == "gated" else inner
-    return config.num_hidden_layers * (C * 3 * C + C * C + C * fc_width + inner * C)
 
 
 def activation_element_bytes(precision: str) -> int:
@@ -234,7 +225,6 @@ def estimate_training_memory(
     activation_checkpointing: bool = False,
     gradient_accumulation_steps: int = 1,
     eval_batch_size: int | None = None,
-    optimizer: str = "adamw_torch_fused",
 ) -> MemoryEstimate:
     """Bytes of one device training `config` at `batch_size` blocks of `block_size` tokens a pass.
 
@@ -246,11 +236,7 @@ def estimate_training_memory(
     C, V, L = config.hidden_size, config.vocab_size, config.num_hidden_layers
     P = parameter_count(config)
     weights = gradients = FP32 * P
-    if optimizer == MUON:
-        muon = muon_parameter_count(config)
-        states, optimizer_name = MUON_STATE_BYTES * muon + ADAM_STATE_BYTES * (P - muon), "Muon + AdamW"
-    else:
-        states, optimizer_name = ADAM_STATE_BYTES * P, "AdamW"
+    states = ADAM_STATE_BYTES * P
     copies = a * matmul_weight_count(config) if a < FP32 else 0
     layer = layer_activation_bytes(config, precision, attention, device, block_size)
     head = head_activation_bytes(config, precision, device)
@@ -280,7 +266,6 @@ def estimate_training_memory(
         tokens=tokens,
         evaluation_peak=int(evaluation),
         eval_tokens=eval_tokens,
-        optimizer=optimizer_name,
         precision=precision,
     )
 
@@ -301,7 +286,6 @@ def estimate_run_memory(run: RunConfig, config: MiniGPTConfig, device_type: str)
         activation_checkpointing=h.activation_checkpointing,
         gradient_accumulation_steps=h.gradient_accumulation_steps,
         eval_batch_size=h.per_device_eval_batch_size,
-        optimizer=run.training.optim,
     )
 
 
@@ -318,13 +302,3 @@ def evaluation_bytes_per_token(config: MiniGPTConfig, a: int, attention: str, T:
         block = max(block, 2 * FP32 * C + nh * T * (2 * a + FP32))  # scores, fp32 softmax, probabilities
     return max(head, block)
 
-
-__all__ = [
-    "MemoryEstimate",
-    "activation_element_bytes",
-    "estimate_run_memory",
-    "estimate_training_memory",
-    "head_activation_bytes",
-    "layer_activation_bytes",
-    "parameter_count",
-]

@@ -17,7 +17,6 @@ naming the dotted key (and a did-you-mean suggestion for typos), before anything
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import types
 import typing
@@ -28,13 +27,7 @@ from typing import Any, Literal
 import yaml
 
 from ..errors import ConfigError
-from .settings import (
-    MANAGED_MODEL_FIELDS,
-    SECTIONS,
-    HardwareSettings,
-    RunConfig,
-    suggest,
-)
+from .settings import MANAGED_MODEL_FIELDS, SECTIONS, HardwareSettings, RunConfig, section_types, suggest
 
 # Shipped configs and hardware profiles: configs/ in the repository.
 REPO_CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
@@ -109,7 +102,7 @@ def _checked_sections(raw: Mapping[str, Any], path: Path) -> dict[str, dict[str,
             values = {}
         if not isinstance(values, dict):
             raise ConfigError(f"{section} must be a mapping of keys, got {type(values).__name__}{source}")
-        types_by_key = _section_types(SECTIONS[section])
+        types_by_key = section_types(SECTIONS[section])
         for key in values:
             if key not in types_by_key:
                 _raise_unknown_key(section, str(key), source=source)
@@ -160,7 +153,7 @@ def apply_override(raw: dict[str, Any], override: str) -> None:
             f"override {override!r} must look like section.key=value, e.g. training.max_steps=200"
         )
     _check_known(section, SECTIONS, where="section", prefix="")
-    annotation = _section_types(SECTIONS[section]).get(key)
+    annotation = section_types(SECTIONS[section]).get(key)
     if annotation is None:
         _raise_unknown_key(section, key)
     try:
@@ -201,12 +194,12 @@ def build_run_config(raw: Mapping[str, Any], config_dir: Path | None = None) -> 
 
 def build_section(section: str, cls: type, values: Mapping[str, Any]) -> Any:
     """Check keys and types of one section against its dataclass and construct it."""
-    types_by_key = _section_types(cls)
+    types_by_key = section_types(cls)
     kwargs = {}
     for key, value in values.items():
         if key not in types_by_key:
             _raise_unknown_key(section, str(key))
-        kwargs[key] = coerce(value, types_by_key[key], f"{section}.{key}")
+        kwargs[key] = coerce(value, types_by_key[key], f"{section}.{key}")  # Trainer keys too (TrainerBacked)
     try:
         settings = cls(**kwargs)
         if callable(getattr(settings, "validate", None)):  # TokenizerSettings/DataSettings check themselves
@@ -230,7 +223,7 @@ def resolve_hardware_profile(values: Mapping[str, Any], config_dir: Path | None)
     defaults = read_yaml_mapping(profile_path, what="hardware profile")
     if "profile" in defaults:
         raise ConfigError(f"hardware profile {profile_path} must not itself set hardware.profile")
-    types_by_key = _section_types(HardwareSettings)
+    types_by_key = section_types(HardwareSettings)
     for key in defaults:
         if key not in types_by_key:
             _raise_unknown_key("hardware", str(key), source=f" (in {profile_path})")
@@ -314,7 +307,7 @@ def check_fits_model(run: RunConfig, whose: str = "") -> None:
 
 
 def coerce(value: Any, annotation: Any, key: str) -> Any:
-    """Check `value` against a type annotation; return it (ints widen to float). Raise ConfigError."""
+    """Check `value` against a type annotation; return it. Raise ConfigError."""
     if annotation is Any:
         return value
     origin = typing.get_origin(annotation)
@@ -350,7 +343,7 @@ def coerce(value: Any, annotation: Any, key: str) -> Any:
             return value
     elif annotation is float:
         if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
+            return value  # an int stays one: Trainer reads logging_steps: 50 as 50 steps, 0.5 as a share
         if isinstance(value, str):
             # YAML 1.1 reads `1e-3` (no dot) as a string: accept any text Python reads as a float.
             try:
@@ -398,11 +391,6 @@ def _list_of_str(annotation: Any) -> bool:
     return typing.get_origin(annotation) is list and typing.get_args(annotation) == (str,)
 
 
-def _section_types(cls: type) -> dict[str, Any]:
-    """{key: resolved type annotation} of a settings dataclass, in declaration order."""
-    hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
-
 
 # ---- messages ------------------------------------------------------------------------------
 
@@ -418,22 +406,9 @@ def _raise_unknown_key(section: str, key: str, source: str = "") -> typing.NoRet
     if section == "model" and key in MANAGED_MODEL_FIELDS:
         raise ConfigError(f"model.{key} cannot be set{source}: {MANAGED_MODEL_FIELDS[key]}")
     # A key that exists in another section is the likeliest mistake: name its real home.
-    homes = [name for name, cls in SECTIONS.items() if name != section and key in _section_types(cls)]
+    homes = [name for name, cls in SECTIONS.items() if name != section and key in section_types(cls)]
     if homes:
         raise ConfigError(f"unknown key {section}.{key}{source}; it belongs in {homes[0]}.{key}")
-    candidates = [f"{section}.{k}" for k in _section_types(SECTIONS[section])]
+    candidates = [f"{section}.{k}" for k in section_types(SECTIONS[section])]
     raise ConfigError(f"unknown key {section}.{key}{source}{suggest(f'{section}.{key}', candidates)}")
 
-
-__all__ = [
-    "REPO_CONFIG_DIR",
-    "apply_override",
-    "build_run_config",
-    "build_section",
-    "check_fits_model",
-    "coerce",
-    "find_hardware_profile",
-    "load_run_config",
-    "read_config_file",
-    "read_yaml_mapping",
-]

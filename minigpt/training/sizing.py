@@ -231,7 +231,6 @@ class Plan:
             "steps": c.steps,
             "tokens": self.tokens,
             "epochs": self.epochs,
-            "tokens_per_parameter": self.tokens / c.parameters,
             "learning_rate": self.learning_rate,
             "warmup_steps": self.warmup_steps,
             "hidden_dropout": self.hidden_dropout,
@@ -344,7 +343,7 @@ def size_run(
     import torch
 
     from ..model import MiniGPTForCausalLM
-    from .callbacks import flops_per_token, matmul_parameter_count
+    from .flops import flops_per_token, matmul_parameter_count
 
     started = time.perf_counter()
     budget = parse_budget(run.training.budget)
@@ -444,21 +443,3 @@ def measure_step_seconds(
         times.append(step())
     return sorted(times)[len(times) // 2]
 
-
-__all__ = [
-    "FITTED_RULE",
-    "PLAN_KEYS",
-    "apply_settings",
-    "size_run",
-    "SHAPES",
-    "Budget",
-    "Candidate",
-    "TokensPerParameterRule",
-    "Plan",
-    "effective_tokens",
-    "learning_rate",
-    "measure_step_seconds",
-    "parse_budget",
-    "plan_run",
-    "warmup_steps",
-]

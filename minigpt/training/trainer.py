@@ -2,7 +2,7 @@
 
 `training_arguments` maps the `training` and `hardware` sections onto `TrainingArguments` (the
 same key names). `MiniGPTTrainer` overrides only public extension points: the weight-decay groups
-(`get_decay_parameter_names`), Muon beside AdamW (`create_optimizer`), derived figures in every
+(`get_decay_parameter_names`), derived figures in every
 log record (`log`), FSDP2 for CPU processes (`create_accelerator_and_postprocess`) and saving a
 sharded model as its own class (`save_model`). Bits per byte comes through Trainer's own metric
 hooks (`preprocess_logits_for_metrics`, `compute_metrics`): per-block sums, gathered across
@@ -28,24 +28,47 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+import yaml
 from accelerate import Accelerator, PartialState
 from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
 from torch import nn
 from torch.distributed.fsdp import FSDPModule
-from transformers import EvalPrediction, Trainer, TrainingArguments
+from transformers import (
+    EvalPrediction,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+)
+from transformers.trainer_callback import ProgressCallback
 from transformers.training_args import OptimizerNames
 
 from ..console import transformers_progress_bars
+from ..data.run_data import RunData
 from ..data.token_bytes import bits_per_byte, block_targets, next_token_scores
 from ..errors import ConfigError
-from .hardware import resolve_hardware
-from .optimizers import AUX_ADAMW, MUON, muon_with_adamw
-from .settings import RunConfig, TrainingSettings, require_choice
+from ..run_layout import METRICS_FILE, SAMPLES_FILE
+from .callbacks import (
+    EpochCallback,
+    LogLineProgressCallback,
+    MaxTimeCallback,
+    MetricsFileCallback,
+    ParameterLayoutCallback,
+    SampleTextCallback,
+    StopTrainingCallback,
+)
+from .checkpoints import CompleteCheckpointCallback
+from .flops import StepTimerCallback, ThroughputMeter, flops_per_token, resolve_peak_flops
+from .hardware import resolve_hardware, tf32_matmuls, training_dtype
+from .interrupt import StopController
+from .settings import RunConfig, TrainingSettings, effective_batch_size, require_choice
 
 WSD = "warmup_stable_decay"
 
@@ -101,54 +124,32 @@ def without_tied_copies(model: nn.Module, state_dict: dict | None) -> dict | Non
 
 
 def training_arguments(run: RunConfig) -> TrainingArguments:
-    """TrainingArguments from the `training` and `hardware` sections (same key names).
+    """TrainingArguments from the Trainer keys of the `training` and `hardware` sections (written, or
+    MiniGPT's defaults) and the ones MiniGPT sets itself.
 
     `save_total_limit` is left to `CompleteCheckpointCallback`, which rotates only once a new
     checkpoint is marked complete (Trainer rotates before: a kill then could leave none).
     """
     t, h = run.training, resolve_hardware(run.hardware)
-    require_choice(t.optim, [*(name.value for name in OptimizerNames), MUON], "training.optim")
-    optional = {"tf32": h.tf32} if h.tf32 is not None else {}
+    kwargs = {key: getattr(section, key) for section in (t, h) for key in section.to_dict() if key in section.trainer_keys()}
+    kwargs["save_total_limit"] = None
+    if kwargs.get("optim") is not None:
+        require_choice(t.optim, [name.value for name in OptimizerNames], "training.optim")
     try:
         return TrainingArguments(
+            **kwargs,
             output_dir=t.output_dir,
-            max_steps=t.max_steps,
-            learning_rate=t.learning_rate,
-            lr_scheduler_type=t.lr_scheduler_type,
             lr_scheduler_kwargs=_schedule_kwargs(t),
-            warmup_steps=t.warmup_steps,
-            weight_decay=t.weight_decay,
-            adam_beta1=t.adam_beta1,
-            adam_beta2=t.adam_beta2,
-            adam_epsilon=t.adam_epsilon,
-            optim=AUX_ADAMW if t.optim == MUON else t.optim,  # muon: the AdamW for what Muon does not take
-            max_grad_norm=t.max_grad_norm,
-            seed=t.seed,
             logging_strategy="steps",
-            logging_steps=t.logging_steps,
             logging_first_step=True,  # the step-1 loss anchors the curve
             eval_strategy="steps",
-            eval_steps=t.eval_steps,
             save_strategy="steps",
-            save_steps=t.save_steps,
-            save_total_limit=None,
-            report_to=t.report_to,
             prediction_loss_only=False,  # evaluation hands per-block sums to compute_metrics
             disable_tqdm=False,
-            use_cpu=h.use_cpu,
             bf16=h.bf16,
-            fp16=h.fp16,
-            torch_compile=h.torch_compile,
-            torch_compile_mode=h.torch_compile_mode,
-            activation_checkpointing=h.activation_checkpointing,
-            per_device_train_batch_size=h.per_device_train_batch_size,
-            gradient_accumulation_steps=h.gradient_accumulation_steps,
-            per_device_eval_batch_size=h.per_device_eval_batch_size,
-            dataloader_num_workers=h.dataloader_num_workers,
             # Every parameter gets a gradient each step; searching for unused ones costs DDP an extra
             # pass over the graph per step and a warning.
             ddp_find_unused_parameters=False,
-            **optional,
         )
     except ValueError as err:  # what only the machine can tell, e.g. bf16 without a GPU
         raise ConfigError(
@@ -172,20 +173,6 @@ def _schedule_kwargs(t: TrainingSettings) -> dict[str, Any]:
     return {}
 
 
-def muon_kwargs(training: TrainingSettings) -> dict[str, Any] | None:
-    """torch.optim.Muon's keywords from the `training.muon_*` keys, or None unless training.optim is muon."""
-    if training.optim != MUON:
-        return None
-    return {
-        "lr": training.muon_learning_rate,
-        "momentum": training.muon_momentum,
-        "nesterov": training.muon_nesterov,
-        "weight_decay": training.muon_weight_decay,
-        "ns_steps": training.muon_ns_steps,
-        "adjust_lr_fn": training.muon_adjust_lr,
-    }
-
-
 class TextScores:
     """Trainer's metric hooks for bits per byte: `preprocess_logits_for_metrics` turns each batch's
     (B, T, V) logits into (B, 5) sums (`next_token_scores`), which Trainer gathers across processes
@@ -205,11 +192,11 @@ class TextScores:
 
 
 class MiniGPTTrainer(Trainer):
-    """Trainer with MiniGPT's weight-decay groups, the Muon option, FSDP2 on CPU processes and
+    """Trainer with MiniGPT's weight-decay groups, FSDP2 on CPU processes and
     derived figures (tokens/s, MFU, tokens seen, perplexity) in every log record.
 
-    Args beyond Trainer's: `decay_embeddings` (training.decay_embeddings), `muon_kwargs`
-    (`muon_kwargs(run.training)`), `throughput` (a `ThroughputMeter`, callbacks.py),
+    Args beyond Trainer's: `decay_embeddings` (training.decay_embeddings), `throughput` (a
+    `ThroughputMeter`, flops.py),
     `validation_blocks` (blocks in the split the evaluation's come from, said in each record) and
     `stop_controller`: a stop asked during an evaluation in one process cuts it short
     (`get_eval_dataloader`): nothing of it is logged, and the run saves and stops at once.
@@ -219,7 +206,6 @@ class MiniGPTTrainer(Trainer):
         self,
         *args: Any,
         decay_embeddings: bool = False,
-        muon_kwargs: dict[str, Any] | None = None,
         throughput: Any = None,
         validation_blocks: int | None = None,
         stop_controller: Any = None,
@@ -227,7 +213,6 @@ class MiniGPTTrainer(Trainer):
     ) -> None:
         super().__init__(*args, **kwargs)
         self.decay_embeddings = decay_embeddings
-        self.muon_kwargs = muon_kwargs
         self.throughput = throughput
         self.validation_blocks = validation_blocks
         self.stop_controller = stop_controller
@@ -259,18 +244,6 @@ class MiniGPTTrainer(Trainer):
             for param_name, _ in module.named_parameters(recurse=False)
         }
         return [name for name in names if name not in embedding_params]
-
-    def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer:
-        """Trainer's optimizer, or under `training.optim: muon` Muon on the hidden matrices and
-        Trainer's AdamW on the rest (optimizers.py); Trainer schedules, clips, steps and saves it."""
-        if self.muon_kwargs is None or self.optimizer is not None:
-            return super().create_optimizer(model)
-        if self.is_fsdp_enabled or self.is_deepspeed_enabled:  # they hand the optimizer shards of a matrix
-            raise ConfigError("training.optim muon needs whole matrices: use DDP, not FSDP or DeepSpeed")
-        model = self.model if model is None else model
-        decayed = self.get_decay_parameter_names(model)
-        self.optimizer = muon_with_adamw(model, self.args, decayed, self.muon_kwargs)
-        return self.optimizer
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """Trainer's, except that a model sharded by FSDP2 is saved as an unsharded one is (the module doc, 2):
@@ -343,14 +316,77 @@ class StoppableLoader:
         return getattr(self.loader, name)
 
 
-__all__ = [
-    "MiniGPTTrainer",
-    "StoppableLoader",
-    "TextScores",
-    "fsdp_requested",
-    "muon_kwargs",
-    "own_class",
-    "shard_on_cpu",
-    "training_arguments",
-    "without_tied_copies",
-]
+def build_trainer(
+    run: RunConfig,
+    args: TrainingArguments,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    data: RunData,
+    callbacks: Sequence[TrainerCallback] = (),
+    stop_controller: StopController | None = None,
+) -> MiniGPTTrainer:
+    """The run's Trainer and MiniGPT's callbacks: step timer and throughput (MFU against the
+    device's peak), metrics.jsonl, samples, complete checkpoints, stops, epochs, log lines."""
+    t, output_dir = run.training, Path(run.training.output_dir)
+    stop_controller = stop_controller or StopController()
+    with args.main_process_first(desc="peak FLOP/s"):  # one process measures, the others read the cache
+        peak = resolve_peak_flops(
+            run.hardware.peak_flops, args.device, training_dtype(run.hardware), tf32=tf32_matmuls(run.hardware)
+        )
+    meter = ThroughputMeter(
+        samples_per_step=effective_batch_size(run.hardware, args.world_size),
+        block_size=run.data.block_size,
+        flops_per_token=flops_per_token(model, model.config, run.data.block_size),
+        peak_flops=peak.flops,
+        num_devices=args.world_size,
+    )
+    own: list[TrainerCallback] = [
+        StepTimerCallback(meter),  # first, so sampling at step end is not timed as training
+        MetricsFileCallback(
+            output_dir / METRICS_FILE,
+            segment={"hardware": run.hardware.to_dict(), "threads": torch.get_num_threads()},
+        ),
+        SampleTextCallback(
+            tokenizer,
+            prompts=t.sample_prompts,
+            path=output_dir / SAMPLES_FILE,
+            every=t.sample_steps,
+            max_new_tokens=t.sample_max_new_tokens,
+            temperature=t.sample_temperature,
+            top_k=t.sample_top_k,
+            seed=t.seed,
+            stop_controller=stop_controller,
+        ),
+        EpochCallback(data.start_epoch),
+    ]
+    if args.world_size > 1:  # whole copies or shards: the run says which
+        own.append(ParameterLayoutCallback())
+    if t.max_time is not None:
+        own.append(MaxTimeCallback(t.max_time, t.warmup_steps, say=args.should_save))
+    scores = TextScores(data.token_bytes)
+    trainer = MiniGPTTrainer(
+        model=model,
+        args=args,
+        train_dataset=data.train,
+        eval_dataset=data.evaluation.blocks,
+        processing_class=tokenizer,
+        data_collator=data.collator,
+        # Last the stop (it sees a stop any other callback asked for at this step), then the
+        # checkpoint marker (it prepares the folder of a save the others decided on).
+        callbacks=[
+            *own,
+            *callbacks,
+            StopTrainingCallback(stop_controller),
+            CompleteCheckpointCallback(yaml.safe_dump(run.to_dict(), sort_keys=False), t.save_total_limit),
+        ],
+        preprocess_logits_for_metrics=scores.preprocess_logits_for_metrics,
+        compute_metrics=scores.compute_metrics,
+        decay_embeddings=t.decay_embeddings,
+        throughput=meter,
+        validation_blocks=data.evaluation.total,
+        stop_controller=stop_controller,
+    )
+    trainer.peak_flops = peak  # what MFU divides by, and where it came from (the run's first lines say)
+    trainer.remove_callback(ProgressCallback)
+    trainer.add_callback(LogLineProgressCallback(stop_controller))
+    return trainer

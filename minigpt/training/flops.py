@@ -1,14 +1,13 @@
-"""The peak FLOP/s that MFU divides by: a datasheet figure for known GPUs, else one bounded measurement.
+"""FLOPs: what a training token costs, what the device can do (the peak MFU divides by), and the
+throughput of the steps between two log lines.
 
-MFU (model FLOPs utilisation, PaLM, Chowdhery et al. 2022) is the FLOP/s training achieves over the
-device's peak. The field quotes it against the datasheet's dense peak at the training precision
-(bf16 tensor cores for a bf16 run), so `hardware.peak_flops: auto` looks GPUs up in `DATASHEET_PEAKS`.
-CPUs (and GPUs not in the table) have no such figure that oneDNN reaches, so their peak is the best
-rate of a square matmul at the training precision, measured once per machine, thread count, dtype
-and torch version, in about `MEASURE_SECONDS`, and cached in `~/.cache/minigpt/peak_flops.json` when
-other work left the cores alone meanwhile (`cpu_load`). A CPU that emulates bf16 (AVX2 only) runs a
-bf16 matmul at a few GFLOP/s: the measurement grows its matrix only while a multiply stays short,
-so it stays within its time there too.
+A token costs 6N + 12 L C T FLOPs (PaLM, Chowdhery et al. 2022, App. B): Trainer's `total_flos`
+(6N) leaves out attention, which matters at small widths and long contexts. MFU (model FLOPs
+utilisation) is the FLOP/s reached over the device's peak: the datasheet's dense peak at the training
+precision for known GPUs (`DATASHEET_PEAKS`); for CPUs and other GPUs, the best rate of a square
+matmul at that precision, measured once per machine, threads, dtype and torch version in about
+`MEASURE_SECONDS` and cached in `~/.cache/minigpt/peak_flops.json` when other work left the cores
+alone meanwhile (`cpu_load`).
 """
 
 from __future__ import annotations
@@ -19,8 +18,11 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
+from torch import nn
+from transformers import TrainerCallback
 
 from ..atomic import atomic_write_file
 from ..cache_dir import user_cache_dir
@@ -242,17 +244,93 @@ def _read_cache(cache_file: Path) -> dict:
     return cached if isinstance(cached, dict) else {}
 
 
-__all__ = [
-    "DATASHEET_PEAKS",
-    "PEAK_FLOPS_FILE",
-    "PeakFlops",
-    "PeakMeasurement",
-    "datasheet_peak",
-    "device_name",
-    "measure_matmul_peak",
-    "peak_flops_key",
-    "peak_is_cached",
-    "precision_name",
-    "resolve_peak_flops",
-    "store_peak_flops",
-]
+
+def matmul_parameter_count(model: nn.Module, config: Any) -> int:
+    """Parameters that take part in a matmul per token: all but the embedding lookups, plus the head.
+
+    Token and position embeddings are table lookups (no FLOPs); the output head is a
+    (hidden x vocab) matmul even when it shares its weight with the token embedding.
+    """
+    embedding_params = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Embedding))
+    total = sum(p.numel() for p in model.parameters())  # tied weights counted once
+    return total - embedding_params + config.vocab_size * config.hidden_size
+
+
+def flops_per_token(model: nn.Module, config: Any, seq_len: int) -> float:
+    """Training FLOPs per token (forward + backward): 6N + 12 L C T (PaLM, Chowdhery et al. 2022, App. B).
+
+    6N: two FLOPs per multiply-add, forward once and backward twice over N matmul parameters.
+    12 L C T: attention scores (QK^T) and the weighted sum (AV), each 2 C T per token and layer
+    forward, times 3 for forward + backward, over the full T x T matrix as kernels compute it.
+    """
+    n = matmul_parameter_count(model, config)
+    attention = 12 * config.num_hidden_layers * config.hidden_size * seq_len
+    return 6.0 * n + attention
+
+
+class ThroughputMeter:
+    """Tokens/s and MFU over the optimizer steps between two log lines.
+
+    Only time inside optimizer steps counts (start_step/end_step), so evaluation, sampling and
+    checkpointing between steps do not make training look slower than it is.
+    """
+
+    def __init__(
+        self, samples_per_step: int, block_size: int, flops_per_token: float, peak_flops: float, num_devices: int
+    ) -> None:
+        self.samples_per_step = samples_per_step  # blocks per optimizer step, across all processes
+        self.tokens_per_step = samples_per_step * block_size
+        self.flops_per_token = flops_per_token
+        self.peak_flops = peak_flops  # of one device
+        self.num_devices = num_devices
+        self.step_started: float | None = None
+        self.window_seconds = 0.0
+        self.window_steps = 0
+        self.steps_timed = 0  # optimizer steps of this process's session (a resumed run counts from its resume)
+
+    def start_step(self) -> None:
+        self.step_started = time.perf_counter()
+
+    def end_step(self) -> None:
+        if self.step_started is not None:
+            self.window_seconds += time.perf_counter() - self.step_started
+            self.window_steps += 1
+            self.steps_timed += 1
+            self.step_started = None
+
+    def take_window(self) -> dict[str, float]:
+        """{"tokens_per_second", "mfu"} over the steps since the last call (empty if none); resets."""
+        if self.window_steps == 0 or self.window_seconds <= 0:
+            return {}
+        tokens_per_second = self.window_steps * self.tokens_per_step / self.window_seconds
+        achieved = tokens_per_second * self.flops_per_token / self.num_devices  # FLOP/s per device
+        self.window_seconds, self.window_steps = 0.0, 0
+        return {"tokens_per_second": tokens_per_second, "mfu": achieved / self.peak_flops}
+
+    def session_rates(self, runtime: float) -> dict[str, float]:
+        """Steps, samples and tokens per second of the steps trained in `runtime` seconds. Trainer's own
+        `train_*_per_second` count `max_steps`, which a run stopped early (max_time, Ctrl-C) or resumed
+        never trained."""
+        if runtime <= 0:
+            return {}
+        steps = self.steps_timed
+        return {
+            "train_steps_per_second": steps / runtime,
+            "train_samples_per_second": steps * self.samples_per_step / runtime,
+            "train_tokens_per_second": steps * self.tokens_per_step / runtime,
+        }
+
+
+class StepTimerCallback(TrainerCallback):
+    """Times each optimizer step for the throughput meter (register it before other callbacks)."""
+
+    def __init__(self, meter: ThroughputMeter) -> None:
+        self.meter = meter
+
+    def on_step_begin(self, args, state, control, **kwargs) -> None:
+        self.meter.start_step()
+
+    def on_step_end(self, args, state, control, **kwargs) -> None:
+        if args.device.type == "cuda":
+            torch.cuda.synchronize(args.device)  # kernels are asynchronous: time them, not their launch
+        self.meter.end_step()

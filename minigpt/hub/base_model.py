@@ -1,4 +1,5 @@
-"""Start a run from a trained model (`model.init_from`): find it, check the config, load it.
+"""Load the base model a new run starts from (`model.init_from`): find it, fit the run config to it,
+load its tokenizer and weights (`load_base`, handed to training as its `load_base`).
 
 The base is what `scripts/generate.py` takes as MODEL (`minigpt.hub.loading.resolve_model`): a
 run folder (its `final/`), a `checkpoint-N`, a model folder, or `ORG/NAME` at a revision in a hub
@@ -23,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from safetensors import SafetensorError
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
@@ -31,10 +31,13 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_N
 from ..data.tokenizer import load_tokenizer, tokenizer_fingerprint
 from ..errors import ConfigError, MiniGPTUserError
 from ..export.importing import import_stock_model
-from ..hub.loading import ModelLocation, resolve_model
 from ..model import MiniGPTConfig, MiniGPTForCausalLM
-from ..run_layout import RESOLVED_CONFIG_NAME, model_folder_name
-from .settings import INIT_KEYS, ModelSettings, RunConfig
+from ..run_layout import model_folder_name
+from ..training.hardware import resolve_hardware
+from ..training.run_config import check_fits_model
+from ..training.settings import INIT_KEYS, ModelSettings, RunConfig
+from ..training.start import BaseStart
+from .loading import ModelLocation, resolve_model
 
 MAY_CHANGE = ("hidden_dropout", "attention_dropout")  # regularisation, not shapes or function
 ROTARY_MAY_CHANGE = ("max_position_embeddings", "rope_parameters")  # a longer context by rope scaling
@@ -199,26 +202,6 @@ def adopt_base_architecture(
     return dataclasses.replace(run, model=model), candidate
 
 
-def adopt_saved_settings(run: RunConfig, checkpoint_dir: str | Path) -> RunConfig:
-    """For `--resume` of a run started from a base: the `model:` keys and `tokenizer.path` the config
-    does not write are taken from the checkpoint's resolved config (what the start adopted from the
-    base), so the usual resume comparison sees only what the config changed. The base is not read."""
-    saved_file = Path(checkpoint_dir) / RESOLVED_CONFIG_NAME
-    if not saved_file.is_file():
-        return run
-    saved = yaml.safe_load(saved_file.read_text(encoding="utf-8")) or {}
-    saved_model = saved.get("model") or {}
-    values = dataclasses.asdict(run.model)
-    for key in values:
-        if f"model.{key}" not in run.explicit_keys and key in saved_model:
-            values[key] = saved_model[key]
-    tokenizer = run.tokenizer
-    saved_path = (saved.get("tokenizer") or {}).get("path")
-    if "tokenizer.path" not in run.explicit_keys and isinstance(saved_path, str):
-        tokenizer = dataclasses.replace(tokenizer, path=saved_path)
-    return dataclasses.replace(run, model=ModelSettings(**values), tokenizer=tokenizer)
-
-
 def record_base_location(run: RunConfig, location: ModelLocation) -> RunConfig:
     """The run as its resolved config records the base: for ORG/NAME the revision it resolved
     (main when unset), for a folder no revision; the tokenizer path is the base's folder."""
@@ -288,17 +271,13 @@ def load_base_weights(base: BaseModel, config: MiniGPTConfig, attn_implementatio
     return model
 
 
-__all__ = [
-    "MAY_CHANGE",
-    "ROTARY_MAY_CHANGE",
-    "BaseModel",
-    "BaseModelError",
-    "adopt_base_architecture",
-    "adopt_saved_settings",
-    "find_base_model",
-    "load_base_tokenizer",
-    "load_base_weights",
-    "may_change",
-    "read_base_model",
-    "record_base_location",
-]
+def load_base(run: RunConfig) -> BaseStart:
+    """The base of a new run that names `model.init_from`: the run with the base's architecture and
+    location in its config, the base's tokenizer and its weights; every check before anything loads."""
+    base = read_base_model(run.model)
+    adopted, model_config = adopt_base_architecture(run, base.config, base.name)
+    tokenizer = load_base_tokenizer(adopted, base)  # checks the config's own tokenizer.path
+    adopted = record_base_location(adopted, base.location)
+    check_fits_model(adopted, whose="the base model's ")
+    weights = load_base_weights(base, model_config, resolve_hardware(adopted.hardware).attn_implementation)
+    return BaseStart(adopted, weights, tokenizer, name=f"{base.name} ({base.model_type})", record=base.record())

@@ -1,0 +1,38 @@
+"""The whole job of `scripts/train.py` and the app's Train tab, top of the package: the base model
+loaded when the config names one (hub), the run trained (training), then its report (reporting).
+Each stage gets what the one before produced; none of them calls back up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from transformers import TrainerCallback
+
+from .distributed import is_main_process
+from .hub.base_model import load_base
+from .reporting.report import describe_result, report_after_training
+from .training.interrupt import StopController
+from .training.run import TrainingResult, train
+from .training.settings import RunConfig
+
+
+def run_training(
+    run: RunConfig,
+    callbacks: Sequence[TrainerCallback] = (),
+    stop_controller: StopController | None = None,
+    resume: bool = False,
+) -> TrainingResult:
+    """Train as the run config says, then write loss.png and run.html and print the closing lines.
+
+    `callbacks`, `stop_controller` and `resume` are `minigpt.training.run.train`'s.
+    """
+    stop_controller = stop_controller or StopController()
+    result = train(run, callbacks, stop_controller, resume, load_base=load_base)
+    if is_main_process():
+        result.page = report_after_training(result)
+        if stop_controller.signum is None:  # a signal's one line has said what happened
+            print(describe_result(result), flush=True)
+            if result.page is not None:  # last: the one file to open
+                print(f"run page: {result.page}", flush=True)
+    return result
