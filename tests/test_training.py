@@ -131,6 +131,9 @@ def test_smoke_run_through_the_cli(tmp_path, tokenizer_dir):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "effective batch: 8 per device x 1 accumulation x 1 process(es) = 8 sequences" in proc.stdout
     assert "done: 30 steps" in proc.stdout and "bits/byte" in proc.stdout
+    # Written to a pipe: log lines without progress bars, so no cursor code garbles the log (#48).
+    assert "\x1b[" not in proc.stdout + proc.stderr and "\r" not in proc.stderr
+    assert "eval step 30 | val loss" in proc.stdout and proc.stdout.rstrip().splitlines()[-1].startswith("run page: ")
     assert_complete_run(output_dir, max_steps=30)
     assert_final_model_loads_and_generates(output_dir / "final")
 
@@ -372,7 +375,7 @@ def test_log_lines_go_above_the_progress_bar_and_a_stop_silences_them(capsys):
     from minigpt.training.interrupt import StopController
 
     controller = StopController()
-    callback = LogLineProgressCallback(controller)
+    callback = LogLineProgressCallback(controller, bars=True)  # a terminal's
     state = TrainerState(global_step=0, max_steps=3000)
     state.is_world_process_zero = True
     args = type("Args", (), {"disable_tqdm": False})()
