@@ -51,3 +51,23 @@ def teardown_distributed() -> None:
     dist = _process_group()
     if dist is not None:
         dist.destroy_process_group()
+
+
+def processes_not_started() -> int | None:
+    """The process count `accelerate launch --num_processes N` asked for, when it started this one
+    process alone instead (no GPU, no `--multi_gpu`, no config that says how); else None."""
+    if "ACCELERATE_MIXED_PRECISION" not in os.environ or "WORLD_SIZE" in os.environ:
+        return None  # not under accelerate launch, or several processes were started
+    import psutil  # only under accelerate launch
+
+    try:
+        launcher = psutil.Process().parent().cmdline()
+    except (psutil.Error, AttributeError):
+        return None
+    for i, arg in enumerate(launcher):
+        value = arg.partition("=")[2] if arg.startswith("--num_processes=") else None
+        if arg == "--num_processes" and i + 1 < len(launcher):
+            value = launcher[i + 1]
+        if value is not None and value.isdigit() and int(value) > 1:
+            return int(value)
+    return None

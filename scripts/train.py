@@ -15,7 +15,7 @@ from pathlib import Path
 
 from minigpt.console import never_failing_output
 from minigpt.cpu_load import choose_wait_policy, keep_freed_memory
-from minigpt.distributed import is_main_process, teardown_distributed
+from minigpt.distributed import is_main_process, processes_not_started, teardown_distributed
 from minigpt.errors import run_cli
 from minigpt.training.interrupt import StopController
 from minigpt.training.run_config import load_run_config
@@ -60,6 +60,13 @@ def main(argv: list[str] | None = None) -> int:
     choose_wait_policy()
     if run.hardware.keep_freed_memory:
         keep_freed_memory()
+    if asked := processes_not_started():  # accelerate says only "1 process(es)" later
+        print(
+            f"warning: accelerate launch asked for {asked} processes but started this one alone: without a GPU, "
+            "add --multi_gpu (DDP over gloo) or --config_file configs/accelerate/cpu-ddp.yaml",
+            file=sys.stderr,
+            flush=True,
+        )
 
     from minigpt.pipeline import run_training  # heavy imports only once the config is known good
 

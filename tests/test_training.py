@@ -138,14 +138,17 @@ def test_smoke_run_through_the_cli(tmp_path, tokenizer_dir):
     assert_final_model_loads_and_generates(output_dir / "final")
 
 
-def test_smoke_run_under_accelerate_launch(tmp_path, tokenizer_dir):
+@pytest.mark.parametrize("processes", [1, 2])
+def test_smoke_run_under_accelerate_launch(tmp_path, tokenizer_dir, processes):
+    """One process asked, one run; two asked without a GPU or --multi_gpu: accelerate starts one
+    alone, and the run says so (#48) before training as that one process."""
     output_dir = tmp_path / "run"
     launch = [
         sys.executable,
         "-m",
         "accelerate.commands.launch",
         "--num_processes",
-        "1",
+        str(processes),
         "--num_machines",
         "1",
     ]
@@ -160,6 +163,8 @@ def test_smoke_run_under_accelerate_launch(tmp_path, tokenizer_dir):
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    warned = "warning: accelerate launch asked for 2 processes but started this one alone" in proc.stderr
+    assert warned == (processes == 2), proc.stderr[-3000:]
     assert_complete_run(output_dir, max_steps=20)
     assert_final_model_loads_and_generates(output_dir / "final")
 
