@@ -180,3 +180,15 @@ def test_a_wall_clock_budget_holds_when_the_steps_cost_more_than_measured(tmp_pa
     assert 0 < result.global_step < plan["steps"]  # ended by the budget, not by the steps
     assert result.runtime_seconds < 6 + 10  # its training time, and the final evaluation and save
     assert (folder / "final" / "model.safetensors").exists()
+
+
+def test_a_plan_stops_at_the_epochs_past_which_repeats_add_nothing_and_says_so():
+    from minigpt.training.sizing import MAX_EPOCHS
+
+    small = Candidate(2, 64, parameters=200_000, flops_per_token=1.6e6)
+    plan = plan_run(Budget(flops=3e14), [small], tokens_per_step=1024, corpus_tokens=10**5)
+    assert small.budget_steps == int(3e14 / (1.6e6 * 1024)) > small.steps == math.ceil(MAX_EPOCHS * 10**5 / 1024)
+    assert MAX_EPOCHS <= plan.epochs < MAX_EPOCHS + 0.01 and plan.record()["budget_steps"] == small.budget_steps
+    assert plan.lines()[-1].startswith(f"plan: stops early at {MAX_EPOCHS} epochs, {small.steps:,} of the ")
+    roomy = Candidate(2, 64, parameters=200_000, flops_per_token=1.6e6)  # a corpus the budget does not exhaust
+    assert plan_run(Budget(flops=3e14), [roomy], 1024, 10**9).chosen.steps == roomy.budget_steps

@@ -495,3 +495,27 @@ def test_a_full_disk_during_a_save_is_one_line_with_what_to_do(tmp_path, tokeniz
     assert message.endswith("resume with: python scripts/train.py configs/smoke.yaml --resume")
     assert sorted(p.name for p in output_dir.glob("checkpoint-*")) == ["checkpoint-15"]
     assert checkpoint_problems(output_dir / "checkpoint-15") == []
+
+
+def test_final_holds_the_best_evaluations_model_when_later_ones_are_worse(tmp_path, monkeypatch, capsys):
+    """845 bytes trained for 50 epochs at a high constant rate overfit: validation loss turns up, and
+    final/ is the model of the best evaluation (its checkpoint, kept by rotation), said in the last line."""
+    from conftest import small_run, write_small_corpus
+    from safetensors.torch import load_file
+
+    run = small_run(
+        tmp_path / "run", write_small_corpus(tmp_path),
+        *("training.max_steps=150", "training.eval_steps=10", "training.save_steps=10", "training.save_total_limit=1"),
+        *("training.learning_rate=1e-2", "training.lr_scheduler_type=constant", "model.hidden_dropout=0.0"),
+    )
+    result = run_training(run)
+    evaluations = {r["step"]: r["eval_loss"] for r in result.log_history if "eval_loss" in r}
+    best = min(evaluations, key=evaluations.get)
+    assert best < result.global_step == 150 and evaluations[150] > evaluations[best]  # it did overfit
+    assert result.final_step == best and result.final_metrics["eval_loss"] == evaluations[best]
+    saved, kept = load_file(tmp_path / "run" / "final" / "model.safetensors"), load_file(
+        tmp_path / "run" / f"checkpoint-{best}" / "model.safetensors"
+    )
+    assert saved.keys() == kept.keys() and all(torch.equal(saved[k], kept[k]) for k in saved)
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["final_step"] == best
+    assert f"(step {best}'s: later evaluations were worse)" in capsys.readouterr().out

@@ -57,11 +57,12 @@ def describe_result(result: TrainingResult) -> str:
         f"{result.tokens_seen / 1e6:.2f}M tokens",
         f"{minutes}m{seconds:02d}s",
     ]
-    if "eval_bpb" in result.final_metrics:
+    if "eval_bpb" in result.final_metrics:  # the saved model's
         metrics = result.final_metrics
         parts.append(f"final val loss {metrics['eval_loss']:.4f}, bits/byte {metrics['eval_bpb']:.4f}")
     if result.best_eval_bpb is not None:
         parts.append(f"best bits/byte {result.best_eval_bpb:.4f}")
     if result.final_dir is not None:
-        parts.append(f"model saved to {result.final_dir}")
+        later = result.final_step is not None and result.final_step != result.global_step
+        parts.append(f"model saved to {result.final_dir}" + (f" (step {result.final_step}'s: later evaluations were worse)" if later else ""))
     return " | ".join(parts)

@@ -60,6 +60,14 @@ class CompleteCheckpointCallback(TrainerCallback):
     def __init__(self, resolved_config: str, save_total_limit: int | None) -> None:
         self.resolved_config = resolved_config
         self.save_total_limit = save_total_limit
+        self.best: tuple[float, str] | None = None  # (eval_loss, folder) of the best evaluation with a checkpoint
+
+    def on_train_begin(self, args, state, control, **kwargs) -> None:
+        self.best = None
+        if state.best_model_checkpoint and os.path.isdir(state.best_model_checkpoint):  # a resume's
+            step = checkpoint_step(state.best_model_checkpoint)
+            losses = [r["eval_loss"] for r in state.log_history if r.get("step") == step and "eval_loss" in r]
+            self.best = (losses[-1], state.best_model_checkpoint) if losses else None
 
     def on_step_end(self, args, state, control, **kwargs) -> None:
         # A save follows: the folder exists before any process writes into it, so only the main
@@ -73,6 +81,13 @@ class CompleteCheckpointCallback(TrainerCallback):
     def on_save(self, args, state, control, **kwargs) -> None:
         checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         _wait_for_everyone()  # each process writes its own rng_state_<rank>.pth
+        # The best evaluation that has a checkpoint: what load_best_model_at_end loads (Trainer's own
+        # pointer stays on an older one when its best evaluation had no checkpoint), and rotation keeps.
+        evaluation = [r["eval_loss"] for r in state.log_history if r.get("step") == state.global_step and "eval_loss" in r]
+        if evaluation and (self.best is None or evaluation[-1] < self.best[0]):
+            self.best = (evaluation[-1], str(checkpoint))
+        if self.best is not None:
+            state.best_model_checkpoint = self.best[1]
         if args.should_save:
             (checkpoint / RESOLVED_CONFIG_NAME).write_text(self.resolved_config, encoding="utf-8")
             mark_complete(checkpoint)

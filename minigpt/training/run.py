@@ -56,6 +56,7 @@ from ..run_layout import (
     RESOLVED_CONFIG_NAME,
     SUMMARY_FILE,
     TRAINER_STATE_NAME,
+    checkpoint_step,
     model_folder_name,
 )
 from .callbacks import MetricsFileCallback
@@ -81,13 +82,14 @@ class TrainingResult:
     global_step: int
     tokens_seen: int
     runtime_seconds: float
-    final_metrics: dict[str, float]  # eval_loss, eval_perplexity, eval_bpb at the last step
+    final_metrics: dict[str, float]  # eval_loss, eval_perplexity, eval_bpb of the model in final/
     best_eval_bpb: float | None
     stopped: bool  # stopped by a signal or StopController.request_stop() (a checkpoint was saved)
     log_history: list[dict[str, Any]] = field(repr=False, default_factory=list)
     base_model: dict[str, Any] | None = None  # model.init_from as recorded (repo id + revision, or folder name)
     base_metrics: dict[str, float] = field(default_factory=dict)  # the base's eval_* at step 0
     page: Path | None = None  # <output_dir>/run.html, once the reporting stage wrote it
+    final_step: int | None = None  # the step final/'s model is from: the best evaluation's (load_best_model_at_end)
 
     def record(self) -> dict[str, Any]:
         """summary.json's content."""
@@ -98,6 +100,7 @@ class TrainingResult:
             "stopped": self.stopped,
             "final_dir": str(self.final_dir) if self.final_dir else None,
             "best_eval_bpb": self.best_eval_bpb,
+            "final_step": self.final_step,
             **self.final_metrics,
         }
         if self.base_model is not None:
@@ -364,13 +367,17 @@ def _finish(
     """After training: the final evaluation and model (unless stopped), then summary.json."""
     run = start.run
     output_dir = Path(run.training.output_dir)
-    final_metrics, final_dir = {}, None
+    final_metrics, final_dir, final_step = {}, None, None
     if not stopped:
-        history = trainer.state.log_history
+        history, state = trainer.state.log_history, trainer.state
         last = next((r for r in reversed(history) if "eval_loss" in r), None)
-        if last is None or last["step"] != trainer.state.global_step:  # none logged at the last step
+        if last is None or last["step"] != state.global_step:  # none logged at the last step
             trainer.evaluate()
             last = history[-1]
+        final_step = state.global_step
+        if trainer.args.load_best_model_at_end and state.best_model_checkpoint:  # Trainer loaded it at the end
+            final_step = checkpoint_step(state.best_model_checkpoint)
+            last = next(r for r in reversed(history) if "eval_loss" in r and r["step"] == final_step)
         final_metrics = {k: v for k, v in last.items() if k in EVALUATION_METRICS}
         # Under FSDP / ZeRO-3 this gathers the shards, a collective: every process takes part.
         state_dict = trainer.accelerator.get_state_dict(trainer.model)
@@ -391,6 +398,7 @@ def _finish(
         log_history=list(history),
         base_model=start.base.record if start.base is not None else _base_record(run),
         base_metrics={k: v for k, v in first.items() if k in EVALUATION_METRICS} if run.model.init_from else {},
+        final_step=final_step,
     )
     if trainer.args.should_save:
         with atomic_write_file(output_dir / SUMMARY_FILE) as handle:

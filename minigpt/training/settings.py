@@ -64,8 +64,12 @@ TRAINER_DEFAULTS: dict[str, dict[str, Any]] = {
         "weight_decay": 0.1,  # GPT-3 / nanoGPT
         "adam_beta2": 0.95,  # GPT-3 / nanoGPT
         "logging_steps": 10,
-        "eval_steps": 200,
+        "eval_steps": 250,  # Trainer's save_steps (500) is a multiple: the best evaluation has a checkpoint
         "save_total_limit": 2,  # rotated only once a newer checkpoint is complete (checkpoints.py)
+        # final/ holds the model of the best evaluation that has a checkpoint (by validation loss), not a
+        # later, overfit one; with save_steps a multiple of eval_steps, as Trainer requires (trainer.py)
+        "load_best_model_at_end": True,
+        "metric_for_best_model": "loss",
     },
     "hardware": {"per_device_train_batch_size": 8, "activation_checkpointing": False},
 }

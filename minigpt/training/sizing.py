@@ -52,6 +52,9 @@ WARMUP_FRACTION, WARMUP_MAX, WARMUP_MIN = 0.05, 100, 5
 MIN_STEPS = 300  # fewest steps a plan gives its shape while another shape would get more
 MAX_PARAMETERS_PER_TOKEN = 4  # largest model a plan weighs: matmul parameters per unique training token
 REPEAT_DROPOUT = 0.1  # dropout of a plan that repeats its corpus (the default run's, at 9 epochs)
+# Most passes over the corpus a plan trains: past 1 + R* (Muennighoff et al.'s R* = 15.4) repeated
+# tokens add nothing (`effective_tokens` saturates), so a plan whose budget allows more stops there.
+MAX_EPOCHS = 16
 CHOOSING_SHARE = 0.05  # at most this share of a wall-clock budget goes to measuring step times
 MOST_MEASURED = 5  # shapes measured besides the reference: the likeliest by the FLOP estimate
 OVERHEAD_SHARE = 0.08  # of the rest, kept for checkpoints, samples and logging between steps
@@ -142,6 +145,7 @@ class Candidate:
     step_seconds: float | None = None  # measured on this machine (wall-clock budgets)
     evaluation_seconds: float = 0.0  # one evaluation's, estimated from the step (EVALUATION_SHARE)
     steps: int = 0
+    budget_steps: int = 0  # what the budget alone allows; `steps` stops at MAX_EPOCHS
     tokens_per_parameter: float = 0.0  # effective (repeats counted less), at `steps`
     distance: float = math.inf  # |ln| of its tokens per parameter over the rule's ratio
 
@@ -210,7 +214,7 @@ class Plan:
             why = f"the only shape measured in the {CHOOSING_SHARE:.0%} of the budget that choosing may take"
         else:
             why = "the only shape the budget and the corpus allow"
-        return [
+        lines = [
             f"plan for {self.budget}: {c.name} model ({c.width // HEAD_SIZE} heads), {c.parameters / 1e6:.2f}M "
             f"matmul parameters, {c.steps:,} steps of {self.tokens_per_step:,} tokens (the config's batch)",
             f"plan: {self.tokens / 1e6:.2f}M tokens = {self.epochs:.2f} epochs of {self.corpus_tokens / 1e6:.2f}M, "
@@ -218,6 +222,12 @@ class Plan:
             f"{self.warmup_steps}, dropout {self.hidden_dropout:g}",
             f"plan: {why}; choosing took {self.choosing_seconds:.1f} s",
         ]
+        if c.steps < c.budget_steps:
+            lines.append(
+                f"plan: stops early at {MAX_EPOCHS} epochs, {c.steps:,} of the {c.budget_steps:,} steps the budget "
+                "allows: past that repeated tokens add nothing (Muennighoff et al. 2023); more text would use the rest"
+            )
+        return lines
 
     def record(self) -> dict[str, Any]:
         c = self.chosen
@@ -229,6 +239,7 @@ class Plan:
             "heads": c.width // HEAD_SIZE,
             "parameters": c.parameters,
             "steps": c.steps,
+            "budget_steps": c.budget_steps,
             "tokens": self.tokens,
             "epochs": self.epochs,
             "learning_rate": self.learning_rate,
@@ -273,6 +284,8 @@ def plan_run(
             c.steps = max(int(seconds / per_step), 0)
         else:
             continue
+        c.budget_steps = c.steps
+        c.steps = min(c.steps, math.ceil(MAX_EPOCHS * corpus_tokens / tokens_per_step))
         if c.steps < 2 * WARMUP_MIN:  # too few steps to warm up and decay: not a plan
             continue
         c.tokens_per_parameter = rule.tokens_per_parameter(c.parameters, c.steps * tokens_per_step, corpus_tokens)

@@ -133,6 +133,8 @@ def training_arguments(run: RunConfig) -> TrainingArguments:
     t, h = run.training, resolve_hardware(run.hardware)
     kwargs = {key: getattr(section, key) for section in (t, h) for key in section.to_dict() if key in section.trainer_keys()}
     kwargs["save_total_limit"] = None
+    # Trainer refuses load_best_model_at_end unless every save is at an evaluation: then it is off
+    best = kwargs.pop("load_best_model_at_end", False) and t.save_steps % t.eval_steps == 0
     if kwargs.get("optim") is not None:
         require_choice(t.optim, [name.value for name in OptimizerNames], "training.optim")
     try:
@@ -150,6 +152,7 @@ def training_arguments(run: RunConfig) -> TrainingArguments:
             # Every parameter gets a gradient each step; searching for unused ones costs DDP an extra
             # pass over the graph per step and a warning.
             ddp_find_unused_parameters=False,
+            load_best_model_at_end=best,
         )
     except ValueError as err:  # what only the machine can tell, e.g. bf16 without a GPU
         raise ConfigError(
