@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import io
 import json
 import platform
@@ -45,14 +46,15 @@ SMOKE = REPO / "configs" / "smoke.yaml"
 SHAKESPEARE = REPO / "data" / "tinyshakespeare.txt"
 PARTS = ("run", "step", "budget")
 TOP_KERNELS = 15  # rows of the profile's kernel table
-# Kernel kinds by name, first match wins: cuBLAS/CUTLASS GEMMs, attention kernels, the loss's
-# log-softmax and NLL (Inductor names fused kernels after their ops), the optimizer and clipping.
+# Kernel kinds by name, first match wins: attention kernels, cuBLAS/CUTLASS GEMMs, the loss's
+# log-softmax and NLL (Inductor names a fused kernel after its ops), the optimizer and clipping
+# (multi-tensor kernels), copies and dtype casts (autocast's bf16 weight copies).
 KINDS = (
     ("attention", r"flash|fmha|attention|sdpa|cudnn"),
     ("matmul", r"gemm|xmma|nvjet|cutlass|cublas|\bmm\b|addmm|matmul|bmm"),
     ("loss (log-softmax, NLL)", r"softmax|nll|cross_entropy"),
-    ("optimizer and clipping", r"adam|foreach|multi_tensor|norm_"),
-    ("copies", r"memcpy|memset|copy"),
+    ("optimizer and clipping", r"adam|multi_tensor|foreach|clip_grad"),
+    ("copies and casts", r"memcpy|memset|copy"),
 )
 # Ops that wait for the device: `.item()`, `bool(tensor)` (Trainer's NaN filter), explicit syncs.
 HOST_SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "aten::_local_scalar_dense", "aten::item", "aten::is_nonzero")
@@ -347,6 +349,8 @@ def measure_step(final_dir: Path, steps: int, dry_run: bool = False) -> dict[str
 
     config = MiniGPTConfig.from_pretrained(final_dir)
     run = load_run_config(final_dir / "resolved_config.yaml")
+    gc.collect()  # the run's model, optimizer and compiled graphs go: this model compiles afresh,
+    torch._dynamo.reset()  # for the static shape of its one batch (the run may have recompiled for others)
     h = resolve_hardware(run.hardware)
     device = torch.device("cuda" if torch.cuda.is_available() and not dry_run else "cpu")
     dtype = training_dtype(h)
@@ -380,6 +384,7 @@ def measure_step(final_dir: Path, steps: int, dry_run: bool = False) -> dict[str
             pass
 
     if device.type == "cuda":
+        torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()
     one_step()  # compiles

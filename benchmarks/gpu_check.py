@@ -374,7 +374,8 @@ def report_name(machine: dict[str, Any], dry_run: bool) -> str:
 
 
 def check(out: Path | None, dry_run: bool = False, limit: float = LIMIT_SECONDS, only: list[str] | None = None,
-          extra: list[str] | None = None, argv: list[str] | None = None) -> tuple[Path, bool]:
+          extra: list[str] | None = None, argv: list[str] | None = None, commit: str | None = None
+          ) -> tuple[Path, bool]:
     """Run the steps within `limit` seconds and write the report: its path, and whether every step
     that ran passed (none failed, timed out or was left unstarted for time)."""
     started = time.perf_counter()
@@ -382,6 +383,7 @@ def check(out: Path | None, dry_run: bool = False, limit: float = LIMIT_SECONDS,
     work = Path(os.environ.get("TMPDIR", "/tmp")) / f"minigpt-gpu-check-{os.getpid()}"
     work.mkdir(parents=True, exist_ok=True)
     machine = describe_machine()
+    machine["commit"] = commit or machine["commit"]
     wheels = sorted(WHEELS_DIR.glob("*.whl"))
     steps = plan_steps(work, sys.executable, dry_run, wheels, extra or [])
     for step in steps:  # the install always runs: the other steps need its packages

@@ -29,12 +29,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=float, default=LIMIT_SECONDS, help="seconds for the whole check")
     parser.add_argument("--only", nargs="+", choices=("bench", "budget", "tests"), default=None,
                         help="run these steps (and the install)")
+    parser.add_argument("--commit", default=None, help="the checkout's commit, for a copy without git")
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
                         help="run-config overrides of the benchmark's run (a change to measure)")
     args = parser.parse_args(argv)
     if args.fetch_wheels:
         return fetch_wheels()
-    _, every_step_passed = check(args.out, args.dry_run, args.limit, args.only, args.set, argv)
+    _, every_step_passed = check(args.out, args.dry_run, args.limit, args.only, args.set, argv, args.commit)
     return 0 if every_step_passed else 1
 
 
