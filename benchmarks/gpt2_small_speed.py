@@ -349,8 +349,8 @@ def measure_step(final_dir: Path, steps: int, dry_run: bool = False) -> dict[str
 
     config = MiniGPTConfig.from_pretrained(final_dir)
     run = load_run_config(final_dir / "resolved_config.yaml")
-    gc.collect()  # the run's model, optimizer and compiled graphs go: this model compiles afresh,
-    torch._dynamo.reset()  # for the static shape of its one batch (the run may have recompiled for others)
+    torch._dynamo.reset()  # compiled afresh for the static shape of its one batch (the run's model may
+    gc.collect()  # have recompiled for an epoch's shorter last batch); the run's tensors go
     h = resolve_hardware(run.hardware)
     device = torch.device("cuda" if torch.cuda.is_available() and not dry_run else "cpu")
     dtype = training_dtype(h)

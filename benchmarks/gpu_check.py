@@ -95,8 +95,12 @@ def run_step(step: Step, env: dict[str, str], seconds_left: float) -> None:
     limit = min(step.timeout, seconds_left)
     print(f"[{step.name}] {' '.join(step.command)} (limit {limit:.0f} s)", flush=True)
     started = time.perf_counter()
-    process = subprocess.Popen(step.command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, errors="replace", start_new_session=True)
+    try:
+        process = subprocess.Popen(step.command, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
+    except OSError as error:
+        step.status = f"failed to start: {error}"
+        return
 
     def pump() -> None:
         assert process.stdout is not None
@@ -414,7 +418,7 @@ def check(out: Path | None, dry_run: bool = False, limit: float = LIMIT_SECONDS,
             if (out / "gpu-check-trace.json.gz").stat().st_size > TRACE_LIMIT:
                 (out / "gpu-check-trace.json.gz").unlink()
     shutil.rmtree(work, ignore_errors=True)
-    print(f"report: {path}", flush=True)
+    print(f"\n{report}\nreport: {path}", flush=True)  # last: a device call returns the output's tail
     return path, all(s.passed or s.status.startswith("skipped") for s in steps)
 
 
