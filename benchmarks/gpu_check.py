@@ -33,7 +33,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 LIMIT_SECONDS = 450  # the whole command: 7.5 minutes, inside a device call's 8
-REPORT_SECONDS = 15  # kept back for the report after the last step
+REPORT_SECONDS = 30  # kept back for stopping a step at its limit (15 s at most) and the report
 WHEELS_DIR = REPO / ".whl"
 SITE_DIR = Path("/tmp/minigpt-gpu-site")  # where the install step puts the wheels
 # The lent GPU image's packages that setup.cfg names, by the device notes (KINDS.md; None: there,
@@ -85,7 +85,7 @@ class Step:
 
 def run_step(step: Step, env: dict[str, str], seconds_left: float) -> None:
     """Run `step` for at most its timeout or `seconds_left`, its output printed with its name and
-    kept; on its limit its whole process group is stopped (TERM, then KILL)."""
+    kept; on its limit its whole process group is stopped (`stop_group`)."""
     if step.skip is not None:
         step.status = f"skipped: {step.skip}"
         return
@@ -121,8 +121,10 @@ def run_step(step: Step, env: dict[str, str], seconds_left: float) -> None:
 
 
 def stop_group(process: subprocess.Popen) -> None:
-    """TERM the step's process group (it started one of its own), KILL it 10 s later if still there."""
-    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+    """Stop the step's process group (it started one of its own): an interrupt first, as Ctrl-C (pytest
+    then writes its report, a run saves and ends with the figures of its steps so far), TERM 10 s
+    later, KILL 5 s after that."""
+    for sig, wait in ((signal.SIGINT, 10), (signal.SIGTERM, 5), (signal.SIGKILL, 5)):
         try:
             os.killpg(process.pid, sig)
         except ProcessLookupError:
