@@ -18,6 +18,7 @@ from conftest import PYTHON, REPO_ROOT
 from packaging.requirements import Requirement
 
 from benchmarks.gpu_check import DESELECTED, IMAGE_PACKAGES, WHEELS, Step, plan_steps, read_junit, run_step
+from benchmarks.step_profile import kind_of
 
 SECTIONS = (
     "## Steps",
@@ -132,3 +133,23 @@ def test_every_requirement_is_on_the_gpu_image_or_carried_at_a_version_setup_cfg
             assert name in IMAGE_PACKAGES, f"{name}: neither on the GPU image nor among the wheels"
             version = IMAGE_PACKAGES[name]
             assert version is None or requirement.specifier.contains(version), (requirement, version)
+
+
+def test_kernels_are_told_apart_by_their_names_as_a_hopper_profile_shows_them():
+    """Kernel names as torch.profiler gives them on an H100 or H200 (cuBLAS, flash and cuDNN
+    attention, Inductor's fused Triton kernels, the fused AdamW): the profile's time by kind."""
+    kinds = {
+        "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4>, true>(Flash_fwd_params)": "attention",
+        "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x64x64_4x1x1": "attention",
+        "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1": "matmul",
+        "nvjet_tst_256x128_64x4_2x1_v_bz_coopB_TNT": "matmul",
+        "triton_tem_fused_mm_0": "matmul",
+        "aten::mm": "matmul",
+        "triton_red_fused__log_softmax__to_copy_nll_loss_forward_0": "loss (log-softmax, NLL)",
+        "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdamMathFunctor<float, 4>>": "optimizer and clipping",
+        "Memcpy HtoD (Pageable -> Device)": "copies and casts",
+        "triton_poi_fused__to_copy_3": "copies and casts",
+        "triton_per_fused_native_layer_norm_7": "other (elementwise, norms, fused)",
+        "triton_poi_fused_add_gelu_tanh_backward_5": "other (elementwise, norms, fused)",
+    }
+    assert {name: kind_of(name) for name in kinds} == kinds
