@@ -17,7 +17,16 @@ import torch
 from conftest import PYTHON, REPO_ROOT
 from packaging.requirements import Requirement
 
-from benchmarks.gpu_check import DESELECTED, IMAGE_PACKAGES, WHEELS, Step, plan_steps, read_junit, run_step
+from benchmarks.gpu_check import (
+    DESELECTED,
+    IMAGE_PACKAGES,
+    WHEELS,
+    Step,
+    plan_steps,
+    read_junit,
+    render_report,
+    run_step,
+)
 from benchmarks.step_profile import kind_of
 
 SECTIONS = (
@@ -153,3 +162,25 @@ def test_kernels_are_told_apart_by_their_names_as_a_hopper_profile_shows_them():
         "triton_poi_fused_add_gelu_tanh_backward_5": "other (elementwise, norms, fused)",
     }
     assert {name: kind_of(name) for name in kinds} == kinds
+
+
+def test_the_report_of_a_gpu_run_has_its_tests_its_budget_checks_and_its_errors():
+    """The sections only a GPU run fills (the dry run skips the tests and has no failed step)."""
+    machine = {"gpus": ["NVIDIA H100 80GB HBM3, 81559 MiB, 580.159.04"], "cores": 16, "commit": "abc1234"}
+    tests = Step("tests", [], 240, status="failed (exit 1)", seconds=95.0,
+                 log=["memory {} sdpa: estimated / allocated training 912 MiB / 914 MiB", "E   assert 0.12 < 0.1"])
+    steps = [Step("install", [], 120, status="passed", seconds=9.0), Step("bench", [], 240, status="passed"),
+             Step("budget", [], 180, status="timed out after 180 s", log=["plan for 120 s: 4 x 128 model"]), tests]
+    budget = {"budget": "2m", "device": "cuda", "steps": 4434, "runtime_seconds": 131.0, "lines": ["done: 4434 steps"],
+              "checks": [{"what": "the run ended by the budget", "passed": False, "detail": "216.0 s"}]}
+    rows = [{"name": "test_a", "outcome": "passed", "message": "", "seconds": 1.0},
+            {"name": "test_b", "outcome": "failed", "message": "assert 0.12 < 0.1", "seconds": 2.0}]
+    report = render_report(machine, steps, {"software": {"torch": "2.11.0+cu130"}, "budget": budget}, rows, 400, 450, [])
+    assert report.startswith("# ") and ": GPU check, NVIDIA H100 80GB HBM3\n" in report
+    assert "A dry run" not in report and "commit `abc1234`" in report
+    assert "| budget | timed out after 180 s | 0 |" in report
+    assert "| the run ended by the budget | **failed** | 216.0 s |" in report
+    assert "1 passed, 1 failed." in report and "| test_b | failed: assert 0.12 < 0.1 | 2.0 |" in report
+    assert "memory {} sdpa: estimated / allocated training 912 MiB / 914 MiB" in report
+    errors = report[report.index("## Errors"):]
+    assert "budget:" in errors and "plan for 120 s" in errors and "tests:" in errors and "install:" not in errors
