@@ -10,6 +10,10 @@ generation_speed   KV-cached sampling, MiniGPT against GPT-2, batch 1 and 8
 data_speed         corpus preparation against raw `tokenizers`
 default_run        the default training run from nothing: wall time and validation bits/byte
 quality            GPT-2 under a stock Trainer for the default run's training time: bits/byte of both
+gpu_check          scripts/gpu_check.py: a lent GPU checked in minutes, one dated report (standard library)
+gpt2_small_speed   GPT-2 small's speed and MFU as a run trains it and as its model step alone; the
+                   GPU budget check
+step_profile       every step timed, a few profiled, the profile by kind of kernel
 """
 
 from __future__ import annotations

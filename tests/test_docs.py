@@ -58,6 +58,7 @@ HELP_ONLY = {
     "scripts/chat.py": "reads the terminal until /quit (tests/test_chat_session.py drives it)",
     "scripts/serve.py": "serves until Ctrl-C (tests/test_serving.py starts both engines and stops them)",
     "scripts/benchmark_serving.py": "starts four servers and times them (tests/test_serving.py serves both engines)",
+    "scripts/gpu_check.py": "needs a CUDA GPU and minutes, or downloads wheels (tests/test_gpu_check.py runs its dry run)",
 }
 # Scripts run with the documented arguments, in this process.
 RUN = (

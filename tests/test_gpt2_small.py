@@ -6,7 +6,7 @@ architecture at full size (124.48M parameters, context 1024), its 50304-token vo
 optimizer (fused AdamW), schedule and clipping, on this CPU's precision; then it evaluates, samples,
 checkpoints and saves `final/`. Overridden, and only these: the data (a 6 KB text, as the config's
 corpus is a placeholder), the tokenizer's origin (one of exactly 50304 tokens, made rather than
-trained: tests/gpt2_small_fixtures.py), the blocks' length (128 tokens: the model's 1024 positions
+trained: benchmarks/gpt2_small_speed.py), the blocks' length (128 tokens: the model's 1024 positions
 and so its parameters are unchanged), the batch layout (1 block, no accumulation), the hardware
 profile (cpu) and the schedule's length (2 steps, 1 of warmup), the validation share (of so small a
 text) and MFU's peak (given, not measured).
@@ -19,9 +19,9 @@ import re
 from pathlib import Path
 
 import torch
-from gpt2_small_fixtures import GPT2_SMALL, exact_size_tokenizer, gpt2_small_overrides, small_text
 from transformers import GPT2Config, GPT2LMHeadModel
 
+from benchmarks.gpt2_small_speed import GPT2_SMALL, exact_size_tokenizer, gpt2_small_overrides, small_text
 from minigpt import MiniGPTConfig, MiniGPTForCausalLM
 from minigpt.training.memory_estimate import estimate_run_memory, parameter_count, size
 from minigpt.training.run_config import load_run_config

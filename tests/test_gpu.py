@@ -35,8 +35,8 @@ from conftest import (
     tiny_model_config,
     write_small_corpus,
 )
-from gpt2_small_fixtures import GPT2_SMALL, exact_size_tokenizer, gpt2_small_overrides
 
+from benchmarks.gpt2_small_speed import budget_check, measure_run
 from minigpt import MiniGPTConfig, MiniGPTForCausalLM
 from minigpt.training.flops import datasheet_peak, device_name, resolve_peak_flops
 from minigpt.training.memory_estimate import estimate_training_memory, size
@@ -200,37 +200,18 @@ def test_bf16_autocast_trains_with_fp32_master_weights_and_follows_fp32():
     assert abs(bf16[-1] - fp32[-1]) < 0.1 * (fp32[0] - fp32[-1])  # the same descent, to a tenth of it
 
 
-def test_a_wall_clock_budget_measures_its_step_times_on_the_gpu(tmp_path, capsys, monkeypatch):
-    """training.budget on a GPU: the shapes' step times are measured on the GPU the run trains on
+def test_a_wall_clock_budget_measures_its_step_times_on_the_gpu(tmp_path):
+    """training.budget=2m on a GPU (benchmarks/gpt2_small_speed.py's budget part, whose checks
+    scripts/gpu_check.py reports): the shapes' step times are measured on the GPU the run trains on
     (a CPU's would plan a fraction of the steps the budget buys), choosing takes at most 5% of the
-    budget, and the run ends by the budget."""
-    from minigpt.pipeline import run_training
-    from minigpt.training import sizing
-    from minigpt.training.run_config import load_run_config
-
-    measured_on, real_measure = [], sizing.measure_step_seconds
-
-    def measure(model, *args, **kwargs):
-        seconds = real_measure(model, *args, **kwargs)
-        measured_on.append(next(model.parameters()).device.type)
-        return seconds
-
-    monkeypatch.setattr(sizing, "measure_step_seconds", measure)
-    overrides = small_run_overrides(tmp_path / "run", write_small_corpus(tmp_path), "training.budget=2m")
-    overrides += ["hardware.profile=gpu-bf16", "hardware.bf16=true", "hardware.torch_compile=false",
-                  "hardware.torch_num_threads=null"]
-    result = run_training(load_run_config(str(REPO_ROOT / "configs" / "smoke.yaml"), overrides))
-    out = capsys.readouterr().out
-    assert measured_on and set(measured_on) == {"cuda"}, measured_on
-    plan = json.loads((result.output_dir / "plan.json").read_text())
-    with capsys.disabled():
-        print("\n" + "\n".join(line for line in out.splitlines() if line.startswith(("plan", "done:"))))
-    assert "plan for 120 s: " in out and 0 < result.global_step <= plan["steps"]
-    # at most 5% of the budget, the GPU's first steps (its kernels' set-up) included
-    assert plan["choosing_seconds"] <= 0.05 * 120
-    # a tiny model logging every step runs far slower than its measured steps on a GPU (2026-12-04,
-    # H200: 4,434 of 9,837 planned steps in 216 s): the plan's max_time ends it by the budget
-    assert result.runtime_seconds < 120 + 30
+    budget, and the run ends by the budget: a tiny model logging every step runs far slower than its
+    measured steps on a GPU (2026-12-04, H200: 4,434 of 9,837 planned steps in 216 s), so the plan's
+    max_time must end it."""
+    result = budget_check(tmp_path, "2m", "cuda")
+    print("\n" + "\n".join(result["lines"]))
+    assert any(line.startswith("plan for 120 s: ") for line in result["lines"]), result["lines"]
+    failed = [check for check in result["checks"] if not check["passed"]]
+    assert len(result["checks"]) == 4 and not failed, failed
 
 
 def test_torch_compile_trains_like_eager():
@@ -370,39 +351,16 @@ def test_memory_estimate_matches_the_cuda_allocator(options, attention):
 # ---- GPT-2 small's speed -----------------------------------------------------------------------------
 
 
-def test_gpt2_small_speed_and_mfu_against_the_datasheet_peak(tmp_path, capsys):
+def test_gpt2_small_speed_and_mfu_against_the_datasheet_peak(tmp_path):
     """configs/gpt2-small.yaml as shipped (bf16, sdpa, torch.compile, fused AdamW, 32 blocks of 1024
     a pass) for SPEED_STEPS steps of one pass each (no accumulation: the speed is the pass's) on
-    Tiny Shakespeare with a 50304-token tokenizer; prints tokens/s, MFU and the peak memory next to
-    the estimate."""
-    from minigpt.pipeline import run_training
-    from minigpt.training.run_config import load_run_config
-
-    tokenizer = exact_size_tokenizer(tmp_path / "tokenizer", load_run_config(GPT2_SMALL).tokenizer.vocab_size)
-    overrides = gpt2_small_overrides(
-        tmp_path, REPO_ROOT / "data" / "tinyshakespeare.txt", tokenizer,
-        "hardware.gradient_accumulation_steps=1", "data.validation_fraction=0.05",
-        f"training.max_steps={SPEED_STEPS}", "training.warmup_steps=50", "training.logging_steps=50",
-        f"training.eval_steps={SPEED_STEPS}", f"training.save_steps={SPEED_STEPS}",
-        f"training.sample_steps={SPEED_STEPS}",
-    )
-    run = load_run_config(GPT2_SMALL, overrides)
-    torch.cuda.reset_peak_memory_stats()
-    result = run_training(run)
-    out = capsys.readouterr().out
-    records = [json.loads(line) for line in (result.output_dir / "metrics.jsonl").read_text().splitlines()]
-    speed = [r for r in records if "tokens_per_second" in r][1:]  # the first window holds compilation
-    assert speed, "no timed window after the first: raise MINIGPT_GPU_SPEED_STEPS"
-    tokens_per_second = sum(r["tokens_per_second"] for r in speed) / len(speed)
-    mfu = sum(r["mfu"] for r in speed) / len(speed)
-    mfu_line = next(line for line in out.splitlines() if line.startswith("MFU against"))
-    memory_line = next(line for line in out.splitlines() if line.startswith("memory:"))
-    allocated = torch.cuda.max_memory_allocated()
-    with capsys.disabled():
-        print(f"\n{device_name(CUDA)}: GPT-2 small, {SPEED_STEPS} steps of 32 x 1024 tokens: "
-              f"{tokens_per_second:,.0f} tokens/s, MFU {mfu:.1%} | {mfu_line} | peak allocated "
-              f"{size(allocated)} | {memory_line}")
-    assert 0 < mfu <= 1 and tokens_per_second > 0
-    assert "model: 124.48M parameters" in out
+    Tiny Shakespeare with a 50304-token tokenizer, through benchmarks/gpt2_small_speed.py's run part
+    (scripts/gpu_check.py reports it); prints tokens/s, MFU and the peak memory beside the estimate."""
+    run = measure_run(tmp_path, SPEED_STEPS)
+    print(f"\n{device_name(CUDA)}: GPT-2 small, {SPEED_STEPS} steps of 32 x 1024 tokens: "
+          f"{run['tokens_per_second']:,.0f} tokens/s, MFU {run['mfu']:.1%} against {run['peak']} | peak allocated "
+          f"{size(run['peak_allocated_bytes'])} | {run['memory_line']}")
+    assert 0 < run["mfu"] <= 1 and run["tokens_per_second"] > 0
+    assert run["model_line"].startswith("model: 124.48M parameters")
     if datasheet_peak(device_name(CUDA), "bf16") is not None:
-        assert "(datasheet: " in mfu_line
+        assert "(datasheet: " in run["peak"]
