@@ -21,7 +21,7 @@ from ..atomic import atomic_output_dir
 from ..data.chat_template import stop_token_ids
 from ..data.tokenizer import LOAD_ONLY_KEYS
 from ..model import MiniGPTForCausalLM
-from .architectures import StockArchitecture, choose_architecture
+from .architectures import StockArchitecture, choose_architecture, load_with_zero_biases, to_stock_weights
 from .errors import ExportError
 from .model_card import exported_card_facts, render_model_card
 
@@ -52,43 +52,27 @@ def state_dict_of(model: MiniGPTForCausalLM) -> dict[str, torch.Tensor]:
     return {name: tensor.detach().to("cpu", torch.float32) for name, tensor in model.state_dict().items()}
 
 
+@torch.no_grad()
 def to_stock_model(model: MiniGPTForCausalLM, target: str = "auto") -> StockExport:
     """The stock transformers model computing `model` exactly; ExportError if none does."""
-    architecture = choose_architecture(model.config, target)
-    stock_config, weights = architecture.to_stock(model.config, state_dict_of(model))
+    family = choose_architecture(model.config, target)
+    stock_config = family.stock_config(model.config)
     stock_config._attn_implementation = model.config._attn_implementation
-    stock = AutoModelForCausalLM.from_config(stock_config, dtype=torch.float32)
-    stock.load_state_dict(weights, strict=True)  # every stock tensor set, nothing left over
-    stock.eval()
-    difference = max_logit_difference(model, stock)
+    stock = AutoModelForCausalLM.from_config(stock_config, dtype=torch.float32).eval()
+    load_with_zero_biases(stock, to_stock_weights(family, model.config, state_dict_of(model)))
+    rows, length = CHECK_BATCH
+    ids = torch.randint(0, model.config.vocab_size, (rows, min(length, stock_config.max_position_embeddings)),
+                        generator=torch.Generator().manual_seed(0))  # fmt: skip
+    was_training = model.training
+    ours = model.eval()(ids.to(model.device), use_cache=False).logits.float().cpu()
+    model.train(was_training)
+    difference = (ours - stock(ids, use_cache=False).logits).abs().max().item()
     if difference > CHECK_TOLERANCE:
         raise ExportError(
-            f"the {architecture.name} model's logits differ from MiniGPT's by {difference:.2e} "
-            f"(more than {CHECK_TOLERANCE:g}): a bug in the {architecture.name} mapping, please report it"
+            f"the {family.name} model's logits differ from MiniGPT's by {difference:.2e} "
+            f"(more than {CHECK_TOLERANCE:g}): a bug in the {family.name} mapping, please report it"
         )
-    return StockExport(stock, architecture, difference)
-
-
-def check_batch(vocab_size: int, context: int, seed: int = 0) -> torch.Tensor:
-    rows, length = CHECK_BATCH
-    generator = torch.Generator().manual_seed(seed)
-    return torch.randint(0, vocab_size, (rows, min(length, context)), generator=generator)
-
-
-@torch.no_grad()
-def max_logit_difference(
-    model: PreTrainedModel, other: PreTrainedModel, ids: torch.Tensor | None = None
-) -> float:
-    """max |logits| difference of two causal LMs on `ids` (a fixed random batch by default), in fp32."""
-    if ids is None:
-        ids = check_batch(model.config.vocab_size, model.config.max_position_embeddings)
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    ours = model(ids.to(device), use_cache=False).logits.float().cpu()
-    theirs = other(ids, use_cache=False).logits.float()
-    model.train(was_training)
-    return (ours - theirs).abs().max().item()
+    return StockExport(stock, family, difference)
 
 
 def save_portable_tokenizer(tokenizer: PreTrainedTokenizerBase, folder: Path) -> None:
@@ -114,15 +98,17 @@ def add_legacy_rope_keys(config_path: Path) -> None:
     """Write the rotary settings into `config.json` the way transformers 4.x reads them too.
 
     5.x keeps them only in `rope_parameters`, which 4.x (4.57 included) ignores: it reads the base
-    from a top-level `rope_theta` (10000 when absent) and any scaling from `rope_scaling`. 5.x loading
-    the folder folds both back into `rope_parameters` (same values: the same model). Nothing for a
-    learned-position family (no `rope_parameters`).
+    from a top-level `rope_theta` (GPT-NeoX: `rotary_emb_base`, with the rotated fraction in
+    `rotary_pct`, default 0.25), 10000 when absent, and any scaling from `rope_scaling`. 5.x loading
+    the folder folds them back into `rope_parameters`: the same model.
     """
     values = json.loads(config_path.read_text(encoding="utf-8"))
     rope = values.get("rope_parameters")
     if not isinstance(rope, dict) or "rope_theta" not in rope:
-        return
+        return  # learned positions
     values["rope_theta"] = rope["rope_theta"]
+    if values.get("model_type") == "gpt_neox":
+        values.update(rotary_pct=rope.get("partial_rotary_factor", 1.0), rotary_emb_base=rope["rope_theta"])
     scaling = {key: value for key, value in rope.items() if key not in ("rope_theta", "partial_rotary_factor")}
     if scaling.get("rope_type", "default") != "default":
         values["rope_scaling"] = scaling
@@ -177,7 +163,7 @@ def write_stock_folder(
         save_portable_tokenizer(tokenizer, staging)
         chat = isinstance(tokenizer.chat_template, str)
         facts = exported_card_facts(
-            export.model, export.architecture.model_type, export.max_logit_difference, source_name, license, chat
+            export.model, export.architecture.name, export.max_logit_difference, source_name, license, chat
         )
         (staging / "README.md").write_text(render_model_card(facts), encoding="utf-8")
     return Path(output_dir)
@@ -202,7 +188,6 @@ __all__ = [
     "StockExport",
     "add_legacy_rope_keys",
     "export_stock_folder",
-    "max_logit_difference",
     "portable_generation_config",
     "save_portable_tokenizer",
     "to_stock_model",
