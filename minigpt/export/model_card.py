@@ -372,13 +372,10 @@ def render_model_card(facts: CardFacts) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def count_parameters(weights_files: list[Path]) -> int:
-    """Parameters stored in safetensors files (a tied head is stored once, so counted once)."""
-    total = 0
-    for path in weights_files:
-        with safe_open(str(path), framework="numpy") as handle:
-            total += sum(math.prod(handle.get_slice(name).get_shape()) for name in handle.keys())
-    return total
+def count_parameters(weights: Path) -> int:
+    """Parameters stored in a safetensors file (a tied head is stored once, so counted once)."""
+    with safe_open(str(weights), framework="numpy") as handle:
+        return sum(math.prod(handle.get_slice(name).get_shape()) for name in handle.keys())
 
 
 def read_run_facts(run_dir: Path | None, model_dir: Path) -> dict[str, Any]:

@@ -47,11 +47,6 @@ class ModelLocation:
         return {"revision": self.revision, "cache_dir": str(self.hub_dir), "local_files_only": True}
 
 
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The highest-numbered `checkpoint-N` folder holding a config.json, if any."""
-    return next((p for p in list_checkpoints(run_dir) if (p / "config.json").is_file()), None)
-
-
 def resolve_model(
     model: str | os.PathLike, hub_dir: str | os.PathLike | None = None, revision: str | None = None
 ) -> ModelLocation:
@@ -66,7 +61,7 @@ def resolve_model(
         final = path / FINAL_DIR
         if (final / "config.json").is_file():
             return ModelLocation(str(final), final, run_dir=path)
-        checkpoint = latest_checkpoint(path)
+        checkpoint = next((p for p in list_checkpoints(path) if (p / "config.json").is_file()), None)
         if checkpoint is not None:
             raise ModelNotFoundError(
                 f"run folder {model} has no {FINAL_DIR}/ model (training unfinished?); "
@@ -106,11 +101,4 @@ def load_model(location: ModelLocation, **kwargs: Any) -> PreTrainedModel:
     return model.eval()
 
 
-__all__ = [
-    "ModelLocation",
-    "ModelNotFoundError",
-    "latest_checkpoint",
-    "load_model",
-    "load_tokenizer",
-    "resolve_model",
-]
+__all__ = ["ModelLocation", "ModelNotFoundError", "load_model", "load_tokenizer", "resolve_model"]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import tempfile
 from pathlib import Path
 
@@ -37,16 +36,8 @@ from . import store
 from .loading import resolve_model
 from .portable import clean_json_text, find_local_path, local_paths, portable_run_config
 
-SHARD_PATTERN = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.json",
-    "merges.txt",
-    "chat_template.jinja",
-)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "vocab.json", "merges.txt", "chat_template.jinja")  # fmt: skip
 PUBLISH_FORMS = ("auto", "stock", "minigpt")
 
 
@@ -54,26 +45,17 @@ class PublishError(MiniGPTUserError):
     """The source cannot be published: missing, no weights, no tokenizer, no source files."""
 
 
-def _weights_files(model_dir: Path) -> dict[str, Path]:
-    """model.safetensors, or a complete set of shards with their index; each one readable."""
-    files = {}
-    if (model_dir / "model.safetensors").is_file():
-        files = {"model.safetensors": model_dir / "model.safetensors"}
-    elif (model_dir / "model.safetensors.index.json").is_file():
-        index = model_dir / "model.safetensors.index.json"
-        shards = sorted(set(json.loads(index.read_text()).get("weight_map", {}).values()))
-        if shards and all(SHARD_PATTERN.fullmatch(s) and (model_dir / s).is_file() for s in shards):
-            files = {index.name: index, **{s: model_dir / s for s in shards}}
-    if not files:
+def _weights_file(model_dir: Path) -> Path:
+    """model.safetensors, readable (MiniGPT's models are far below save_pretrained's 50 GB shard size)."""
+    path = model_dir / "model.safetensors"
+    if not path.is_file():
         raise PublishError(f"{model_dir} has no weights (model.safetensors); only safetensors weights are published")
-    for path in files.values():
-        try:
-            if path.suffix == ".safetensors":
-                with safe_open(str(path), framework="numpy") as handle:
-                    handle.keys()
-        except Exception as err:  # safetensors raises its own error types for a corrupt header
-            raise PublishError(f"{path} is not a readable safetensors file: {err}") from None
-    return files
+    try:
+        with safe_open(str(path), framework="numpy") as handle:
+            handle.keys()
+    except Exception as err:  # safetensors raises its own error types for a corrupt header
+        raise PublishError(f"{path} is not a readable safetensors file: {err}") from None
+    return path
 
 
 def _tokenizer_files(model_dir: Path) -> dict[str, Path]:
@@ -102,8 +84,7 @@ def _source_files(model_dir: Path, config: dict) -> dict[str, Path]:
 
 
 def _generation_config_file(model_dir: Path, staging: Path, config: dict) -> Path:
-    """The folder's generation_config.json, or one written to `staging` that bounds the length and
-    stops at the end of a chat turn.
+    """The folder's generation config, bounded and stopping at the end of a chat turn, in `staging`.
 
     A model used with defaults must not generate past its context (a pipeline with no length set
     adds 256 tokens): a config with no length gets `max_length` = the context. A model whose
@@ -114,23 +95,15 @@ def _generation_config_file(model_dir: Path, staging: Path, config: dict) -> Pat
         values = json.loads(existing.read_text()) if existing.is_file() else {}
     except json.JSONDecodeError as err:
         raise PublishError(f"{existing} is not valid JSON: {err}") from None
-    bounded = "max_length" in values or "max_new_tokens" in values
-    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
-        if config.get(key) is not None:
-            values.setdefault(key, config[key])
-    stops = eos = values.get("eos_token_id")
+    values = {key: config[key] for key in ("bos_token_id", "eos_token_id", "pad_token_id") if config.get(key) is not None} | values
+    if "max_length" not in values and "max_new_tokens" not in values and config.get("max_position_embeddings"):
+        values["max_length"] = config["max_position_embeddings"]  # prompt + new tokens
     end_of_turn = end_of_turn_id(load_tokenizer(model_dir)) if (model_dir / "tokenizer.json").is_file() else None
     if end_of_turn is not None:
-        stops = list(dict.fromkeys([*([eos] if isinstance(eos, int) else eos or []), end_of_turn]))
-    if existing.is_file() and bounded and stops == eos:
-        return existing
-    if not bounded and config.get("max_position_embeddings"):
-        values["max_length"] = config["max_position_embeddings"]  # prompt + new tokens
-    if stops is not None:
-        values["eos_token_id"] = stops
-    written = staging / "generation_config.json"
-    written.write_text(json.dumps(values, indent=2, sort_keys=True) + "\n")
-    return written
+        eos = values.get("eos_token_id")
+        values["eos_token_id"] = list(dict.fromkeys([*([eos] if isinstance(eos, int) else eos or []), end_of_turn]))
+    (staging / "generation_config.json").write_text(json.dumps(values, indent=2, sort_keys=True) + "\n")
+    return staging / "generation_config.json"
 
 
 def _converted_files(model_dir: Path, staging: Path, generation: Path, form: str, gguf_dtype: str | None, repo_id: str):
@@ -170,8 +143,8 @@ def collect_files(
         minigpt_config = config = json.loads((model_dir / "config.json").read_text())
     except json.JSONDecodeError as err:
         raise PublishError(f"{model_dir}/config.json is not valid JSON: {err}") from None
-    weights = _weights_files(model_dir)
-    files = {"config.json": model_dir / "config.json", **weights, **_tokenizer_files(model_dir)}
+    weights = _weights_file(model_dir)
+    files = {"config.json": model_dir / "config.json", weights.name: weights, **_tokenizer_files(model_dir)}
     files["generation_config.json"] = _generation_config_file(model_dir, staging, config)
     minigpt = config.get("model_type") == "minigpt"  # else a stock folder (an export): no source files
     converted = {}
@@ -203,6 +176,7 @@ def collect_files(
     base_from, base_revision = base.get("init_from"), base.get("init_revision")
     stock = config.get("model_type") != "minigpt"  # converted here, or a folder exported before
     tokenizer_config = json.loads(files["tokenizer_config.json"].read_text(encoding="utf-8"))
+    run = vars(portable) if portable is not None else {}
     facts = CardFacts(
         repo_id=repo_id,
         model_config=minigpt_config,
@@ -210,19 +184,17 @@ def collect_files(
         extra_tags=[config["model_type"]] if stock and config.get("model_type") else [],
         gguf_files=sorted(name for name in files if name.endswith(".gguf")),
         chat_template="chat_template.jinja" in files or "chat_template" in tokenizer_config,
-        num_parameters=count_parameters([p for p in weights.values() if p.suffix == ".safetensors"]),
+        num_parameters=count_parameters(weights),
         license=license,
-        run_config=portable.config if portable is not None else None,
-        train_sources=portable.train_sources if portable is not None else [],
-        validation_sources=portable.validation_sources if portable is not None else [],
+        run_config=run.get("config"),
+        train_sources=run.get("train_sources", []),
+        validation_sources=run.get("validation_sources", []),
         loss_curve=LOSS_PLOT_FILE if loss_curve is not None else None,
         base_model=base_from if base_from and base_revision is not None else None,  # a repo id
         base_revision=base_revision,
         base_folder=base_from if base_from and base_revision is None else None,
         **read_run_facts(run_dir, model_dir),
     )
-    if not base_from:
-        facts.base_metrics = {}
     files["README.md"] = staging / "README.md"
     files["README.md"].write_text(render_model_card(facts))
     leak = find_local_path(files, local_paths(run_config, repo_id, Path(source), model_dir, run_dir))
@@ -232,19 +204,11 @@ def collect_files(
 
 
 def publish(
-    source: str | os.PathLike,
-    repo_id: str,
-    hub_dir: str | os.PathLike,
-    tag: str | None = None,
-    message: str | None = None,
-    license: str = "apache-2.0",
-    form: str = "auto",
-    gguf_dtype: str | None = None,
-) -> store.CommitInfo:
-    """Commit the model in `source` (model, checkpoint or run folder) to `repo_id` in `hub_dir`.
-
-    `form` and `gguf_dtype`: see the module docstring.
-    """
+    source: str | os.PathLike, repo_id: str, hub_dir: str | os.PathLike, tag: str | None = None,
+    message: str | None = None, license: str = "apache-2.0", form: str = "auto", gguf_dtype: str | None = None,
+) -> store.CommitInfo:  # fmt: skip
+    """Commit the model in `source` (model, checkpoint or run folder) to `repo_id` in `hub_dir`, as `form`
+    (see above) with a GGUF of `gguf_dtype` beside it when given."""
     store.validate_model_repo_id(repo_id)
     store.check_new_tag(hub_dir, repo_id, tag)
     with tempfile.TemporaryDirectory(prefix="minigpt-publish-") as staging:

@@ -118,15 +118,14 @@ def commit_id_for(files: Mapping[str, str], parent: str | None, message: str) ->
     return hashlib.sha1(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
 
-def read_ref(hub_dir: str | os.PathLike, repo_id: str, ref: str) -> str | None:
-    ref_file = repo_dir(hub_dir, repo_id) / "refs" / ref
-    return ref_file.read_text().strip() if ref_file.is_file() else None
-
-
 def list_refs(hub_dir: str | os.PathLike, repo_id: str) -> dict[str, str]:
     """{ref name: commit id} for `main` and every tag."""
     refs = repo_dir(hub_dir, repo_id) / "refs"
     return {p.name: p.read_text().strip() for p in sorted(refs.iterdir()) if p.is_file()} if refs.is_dir() else {}
+
+
+def read_ref(hub_dir: str | os.PathLike, repo_id: str, ref: str) -> str | None:
+    return list_refs(hub_dir, repo_id).get(ref)
 
 
 def read_commit(hub_dir: str | os.PathLike, repo_id: str, commit_id: str) -> CommitInfo:
@@ -254,20 +253,5 @@ def push_files(
         return read_commit(hub_dir, repo_id, commit_id)
 
 
-__all__ = [
-    "MAIN_BRANCH",
-    "CommitInfo",
-    "HubError",
-    "blob_name",
-    "commit_id_for",
-    "default_hub_dir",
-    "history",
-    "list_refs",
-    "push_files",
-    "read_commit",
-    "repo_dir",
-    "resolve_commit",
-    "snapshot_dir",
-    "validate_model_repo_id",
-    "validate_tag",
-]
+__all__ = ["MAIN_BRANCH", "CommitInfo", "HubError", "commit_id_for", "default_hub_dir", "history", "push_files",
+           "repo_dir", "resolve_commit", "snapshot_dir", "validate_model_repo_id", "validate_tag"]  # fmt: skip
