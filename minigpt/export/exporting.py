@@ -116,7 +116,7 @@ def add_legacy_rope_keys(config_path: Path) -> None:
 
 
 def portable_generation_config(
-    generation_config: GenerationConfig, tokenizer: PreTrainedTokenizerBase, context: int
+    generation_config: GenerationConfig, tokenizer: PreTrainedTokenizerBase, context: int, sampling: dict | None = None
 ) -> GenerationConfig:
     """The generation config an exported model carries: no warning in any plain call.
 
@@ -124,7 +124,7 @@ def portable_generation_config(
       `generate(max_new_tokens=...)` and pipeline call with one warn that both are set (MiniGPT's
       own `generate` drops it; a stock class cannot). A config bounded by max_length (MiniGPT's:
       the context) gets half of it as new tokens, leaving the other half for the prompt.
-    - No sampling keys (`SAMPLING_KEYS`).
+    - No sampling keys (`SAMPLING_KEYS`), but those of `sampling` (a server's defaults).
     - Stops at the end of text and, when the tokenizer has the chat tokens, at `<|im_end|>`.
     """
     values = generation_config.to_diff_dict()
@@ -139,7 +139,7 @@ def portable_generation_config(
     eos = [eos] if isinstance(eos, int) else list(eos or [])
     stops = list(dict.fromkeys([*eos, *stop_token_ids(tokenizer)]))
     values["eos_token_id"] = stops[0] if len(stops) == 1 else stops
-    return GenerationConfig.from_dict(values)
+    return GenerationConfig.from_dict(values | (sampling or {}))
 
 
 def write_stock_folder(
@@ -149,15 +149,17 @@ def write_stock_folder(
     generation_config: GenerationConfig | None = None,
     source_name: str | None = None,
     license: str = "apache-2.0",
+    sampling: dict | None = None,
 ) -> Path:
     """Write `export` with its tokenizer at `output_dir`: replaced whole, or left as it was.
 
-    `source_name` (a folder or repo name, no local path) is what the model card says it came from.
+    `source_name` (a folder or repo name, no local path) is what the model card says it came from;
+    `sampling`: generation config keys that make it sample by default (`portable_generation_config`).
     """
     generation_config = generation_config or export.model.generation_config
     context = export.model.config.max_position_embeddings
     with atomic_output_dir(output_dir) as staging:
-        export.model.generation_config = portable_generation_config(generation_config, tokenizer, context)
+        export.model.generation_config = portable_generation_config(generation_config, tokenizer, context, sampling)
         export.model.save_pretrained(staging)
         add_legacy_rope_keys(staging / "config.json")
         save_portable_tokenizer(tokenizer, staging)
