@@ -18,6 +18,7 @@ import torch
 from transformers import AutoModelForCausalLM, GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..atomic import atomic_output_dir
+from ..console import transformers_progress_bars
 from ..data.chat_template import stop_token_ids
 from ..data.tokenizer import LOAD_ONLY_KEYS
 from ..model import MiniGPTForCausalLM
@@ -160,13 +161,12 @@ def write_stock_folder(
     context = export.model.config.max_position_embeddings
     with atomic_output_dir(output_dir) as staging:
         export.model.generation_config = portable_generation_config(generation_config, tokenizer, context, sampling)
-        export.model.save_pretrained(staging)
+        with transformers_progress_bars(False):  # "Writing model shards": one small file
+            export.model.save_pretrained(staging)
         add_legacy_rope_keys(staging / "config.json")
         save_portable_tokenizer(tokenizer, staging)
         chat = isinstance(tokenizer.chat_template, str)
-        facts = exported_card_facts(
-            export.model, export.architecture.name, export.max_logit_difference, source_name, license, chat
-        )
+        facts = exported_card_facts(export.model, export.max_logit_difference, source_name, license, chat)
         (staging / "README.md").write_text(render_model_card(facts), encoding="utf-8")
     return Path(output_dir)
 

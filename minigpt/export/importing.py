@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
+from ..console import transformers_progress_bars
 from ..model import MiniGPTConfig, MiniGPTForCausalLM
 from .architectures import STOCK_ARCHITECTURES, from_stock_weights, load_with_zero_biases
 from .errors import ExportError
@@ -42,7 +43,8 @@ def import_stock_model(name_or_path: str | os.PathLike, **from_pretrained_kwargs
             "(the stock models it can express)"
         )
     family = STOCK_ARCHITECTURES[model_type]
-    stock = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=torch.float32, **from_pretrained_kwargs)
+    with transformers_progress_bars(False):  # per-tensor bars: instant for these models
+        stock = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=torch.float32, **from_pretrained_kwargs)
     kwargs = family.minigpt_kwargs(stock.config)
     weights = from_stock_weights(family, stock.config, stock.state_dict())
     # All-zero biases (what an export of bias=False writes) read back as bias=False.

@@ -80,41 +80,37 @@ class CardFacts:
     extra_tags: list[str] = field(default_factory=list)
     gguf_files: list[str] = field(default_factory=list)  # GGUF files for llama.cpp in the snapshot
     chat_template: bool = False  # the tokenizer carries a chat template: the usage shows a conversation
-    base_model: str | None = None  # the repo id training started from (model.init_from), hub metadata
-    base_revision: str | None = None  # its revision
-    base_folder: str | None = None  # or the name of the local model folder it started from
+    base: str | None = None  # what training started from (model.init_from): a repo id, or a folder's name
+    base_revision: str | None = None  # the repo's revision (None: `base` is a local folder)
     base_metrics: dict[str, float] = field(default_factory=dict)  # the base's eval_* at step 0
     # (first step, hardware section) of each segment of a resumed run, from metrics.jsonl
     segments: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
 
 
+def stock_facts(config: Mapping[str, Any]) -> dict[str, Any]:
+    """CardFacts' `stock_class` and `extra_tags` for a folder with this config.json (none: MiniGPT's own)."""
+    if config.get("model_type") == "minigpt":
+        return {}
+    return {"stock_class": (config.get("architectures") or [config.get("model_type")])[0], "extra_tags": [config["model_type"]]}
+
+
 def exported_card_facts(
-    model: PreTrainedModel,
-    model_type: str,
-    max_logit_difference: float,
-    source_name: str | None,
-    license: str,
-    chat_template: bool = False,
+    model: PreTrainedModel, max_logit_difference: float, source_name: str | None, license: str, chat_template: bool
 ) -> CardFacts:
     """The facts of a folder exported to the stock `model`: its architecture (read through the stock
     config's attribute names, so GPT-2's `n_embd` reads as hidden_size) and the export's check."""
-    config = model.config
-    architecture = {key: getattr(config, key, None) for key in ARCHITECTURE_FIELDS}
+    config = {key: getattr(model.config, key, None) for key in ("model_type", "architectures", *ARCHITECTURE_FIELDS)}
+    config = {key: value for key, value in config.items() if value is not None}
     return CardFacts(
         repo_id=source_name or "MiniGPT model",
-        model_config={
-            "model_type": config.model_type,
-            "architectures": config.architectures,
-            **{key: value for key, value in architecture.items() if value is not None},
-        },
+        model_config=config,
         num_parameters=model.num_parameters(),  # a tied head counted once
         license=license,
-        stock_class=(config.architectures or [model_type])[0],
         load_from=EXPORTED_USAGE_NAME,
         logit_check=max_logit_difference,
         exported_from=source_name,
-        extra_tags=[model_type],
         chat_template=chat_template,
+        **stock_facts(config),
     )
 
 
@@ -170,17 +166,16 @@ def card_metadata(facts: CardFacts) -> ModelCardData:
         ],
         model_name=facts.repo_id,
         eval_results=eval_results or None,
-        **({"base_model": facts.base_model, "base_model_relation": "finetune"} if facts.base_model else {}),
+        **({"base_model": facts.base, "base_model_relation": "finetune"} if facts.base_revision else {}),
     )
 
 
 def _origin(facts: CardFacts) -> str:
     """How the model was made, in one sentence: from scratch, or continued from a base model."""
-    if facts.base_model:
-        revision = f" (revision `{facts.base_revision}`)" if facts.base_revision else ""
-        base = f"the model `{facts.base_model}`{revision}"
-    elif facts.base_folder:
-        base = f"the model `{facts.base_folder}` (a local folder, not published)"
+    if facts.base and facts.base_revision:
+        base = f"the model `{facts.base}` (revision `{facts.base_revision}`)"
+    elif facts.base:
+        base = f"the model `{facts.base}` (a local folder, not published)"
     elif facts.run_config is not None:
         return "A small GPT-style causal language model trained from scratch with MiniGPT."
     else:  # no run recorded: how it started is not known here

@@ -29,11 +29,10 @@ from ..errors import MiniGPTUserError
 from ..export.errors import ExportError
 from ..export.exporting import to_stock_model, write_stock_folder
 from ..export.gguf_export import write_gguf
-from ..export.model_card import CardFacts, count_parameters, read_run_facts, render_model_card
-from ..model import MiniGPTForCausalLM
+from ..export.model_card import CardFacts, count_parameters, read_run_facts, render_model_card, stock_facts
 from ..run_layout import LOSS_PLOT_FILE, RESOLVED_CONFIG_NAME
 from . import store
-from .loading import resolve_model
+from .loading import load_model, resolve_model
 from .portable import clean_json_text, find_local_path, local_paths, portable_run_config
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
@@ -109,7 +108,7 @@ def _generation_config_file(model_dir: Path, staging: Path, config: dict) -> Pat
 def _converted_files(model_dir: Path, staging: Path, generation: Path, form: str, gguf_dtype: str | None, repo_id: str):
     """The model exported to its stock architecture (unless "minigpt", or "auto" and none fits) and
     to GGUF (when asked) in `staging`: {snapshot name: file}."""
-    model = MiniGPTForCausalLM.from_pretrained(model_dir, attn_implementation="eager").eval()
+    model = load_model(resolve_model(model_dir), attn_implementation="eager")
     tokenizer = load_tokenizer(model_dir)
     files: dict[str, Path] = {}
     if form != "minigpt":
@@ -172,16 +171,13 @@ def collect_files(
     if loss_curve is not None:
         files[LOSS_PLOT_FILE] = loss_curve
 
-    base = (portable.config.get("model") if portable is not None else None) or {}
-    base_from, base_revision = base.get("init_from"), base.get("init_revision")
-    stock = config.get("model_type") != "minigpt"  # converted here, or a folder exported before
-    tokenizer_config = json.loads(files["tokenizer_config.json"].read_text(encoding="utf-8"))
     run = vars(portable) if portable is not None else {}
+    base = run.get("config", {}).get("model") or {}
+    tokenizer_config = json.loads(files["tokenizer_config.json"].read_text(encoding="utf-8"))
     facts = CardFacts(
         repo_id=repo_id,
         model_config=minigpt_config,
-        stock_class=(config.get("architectures") or [config.get("model_type")])[0] if stock else None,
-        extra_tags=[config["model_type"]] if stock and config.get("model_type") else [],
+        **stock_facts(config),  # converted here, or a folder exported before
         gguf_files=sorted(name for name in files if name.endswith(".gguf")),
         chat_template="chat_template.jinja" in files or "chat_template" in tokenizer_config,
         num_parameters=count_parameters(weights),
@@ -190,9 +186,8 @@ def collect_files(
         train_sources=run.get("train_sources", []),
         validation_sources=run.get("validation_sources", []),
         loss_curve=LOSS_PLOT_FILE if loss_curve is not None else None,
-        base_model=base_from if base_from and base_revision is not None else None,  # a repo id
-        base_revision=base_revision,
-        base_folder=base_from if base_from and base_revision is None else None,
+        base=base.get("init_from"),
+        base_revision=base.get("init_revision"),
         **read_run_facts(run_dir, model_dir),
     )
     files["README.md"] = staging / "README.md"
@@ -209,8 +204,7 @@ def publish(
 ) -> store.CommitInfo:  # fmt: skip
     """Commit the model in `source` (model, checkpoint or run folder) to `repo_id` in `hub_dir`, as `form`
     (see above) with a GGUF of `gguf_dtype` beside it when given."""
-    store.validate_model_repo_id(repo_id)
-    store.check_new_tag(hub_dir, repo_id, tag)
+    store.check_new_tag(hub_dir, repo_id, tag)  # the repo id and the tag, before anything is written
     with tempfile.TemporaryDirectory(prefix="minigpt-publish-") as staging:
         files = collect_files(source, Path(staging), repo_id, license, form, gguf_dtype)
         return store.push_files(files, repo_id, hub_dir, message or f"Publish {source}", tag=tag)

@@ -204,7 +204,8 @@ def _build_snapshot(repo: Path, commit_id: str, files: Mapping[str, str]) -> Non
 
 
 def check_new_tag(hub_dir: str | os.PathLike, repo_id: str, tag: str | None) -> None:
-    """Refuse a bad tag or one that already exists (tags never move), before anything is written."""
+    """Refuse a bad repo id, a bad tag or one that exists (tags never move), before anything is written."""
+    validate_model_repo_id(repo_id)
     if tag is not None and read_ref(hub_dir, repo_id, validate_tag(tag)) is not None:
         raise HubError(f"tag {tag!r} already exists in {repo_id}; tags never move, pick a new one")
 
@@ -219,8 +220,6 @@ def push_files(
     Raises HubError, before writing anything, for a bad repo id or tag or a tag that exists.
     """
     repo = repo_dir(hub_dir, repo_id)
-    if tag is not None:
-        validate_tag(tag)
     for path in files:
         if "/" in path or path.startswith(".") or not path:
             raise HubError(f"snapshot file names must be plain names, got {path!r}")
