@@ -1,10 +1,6 @@
-"""Find a model from what a user types (every script's MODEL argument) and load it.
-
-MODEL is a model folder (`config.json` inside: a run's `final/`, a `checkpoint-N/`, a hub
-snapshot), a training run folder (its `final/` model), or `ORG/NAME` in a hub folder
-(`minigpt.hub.store`) at a branch, tag or commit, loaded with `from_pretrained(repo_id,
-cache_dir=hub_dir, revision=...)` as from the real hub.
-"""
+"""Find and load a model from every script's MODEL argument: a model folder (`config.json` inside:
+`final/`, `checkpoint-N/`, a snapshot), a run folder (its `final/`), or `ORG/NAME` in a hub folder
+at a branch, tag or commit, loaded with `from_pretrained(repo_id, cache_dir=hub_dir, revision=...)`."""
 
 from __future__ import annotations
 
@@ -42,9 +38,7 @@ class ModelLocation:
 
     def from_pretrained_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for `AutoModel*/AutoTokenizer.from_pretrained(self.name_or_path, ...)`."""
-        if not self.is_repo:
-            return {}
-        return {"revision": self.revision, "cache_dir": str(self.hub_dir), "local_files_only": True}
+        return {"revision": self.revision, "cache_dir": str(self.hub_dir), "local_files_only": True} if self.is_repo else {}
 
 
 def resolve_model(
@@ -63,10 +57,8 @@ def resolve_model(
             return ModelLocation(str(final), final, run_dir=path)
         checkpoint = next((p for p in list_checkpoints(path) if (p / "config.json").is_file()), None)
         if checkpoint is not None:
-            raise ModelNotFoundError(
-                f"run folder {model} has no {FINAL_DIR}/ model (training unfinished?); "
-                f"pass a checkpoint folder instead, e.g. {checkpoint}"
-            )
+            raise ModelNotFoundError(f"run folder {model} has no {FINAL_DIR}/ model (training unfinished?); "
+                                     f"pass a checkpoint folder instead, e.g. {checkpoint}")  # fmt: skip
         raise ModelNotFoundError(f"{model} holds no model: no config.json, {FINAL_DIR}/ or checkpoint-N/")
     if path.exists():
         raise ModelNotFoundError(f"{model} is a file; MODEL is a model, run or checkpoint folder, or ORG/NAME")

@@ -1,10 +1,9 @@
-"""Keep the training machine's paths out of a published model.
+"""Keep the training machine's paths (`/home/me/runs/x`, `../mydata`) out of a published model.
 
-A run config names folders and files of the machine it ran on (`/home/me/runs/x`, `../mydata`).
-The published `resolved_config.yaml` names data files by file name (their sizes in its header and
-the model card) and leaves out the keys that only name local folders; JSON metadata loses the
-loading state transformers fills in (`_name_or_path`, `is_local`, ...). A last check refuses to
-publish any text file that still names a local folder. The one user of the data stage in hub/.
+The published `resolved_config.yaml` names data files by file name (sizes in its header and the
+card) and leaves out keys that only name local folders; JSON loses transformers' loading state
+(`_name_or_path`, `is_local`, ...); a last check refuses any text file still naming a local folder.
+The one module of hub/ that imports the data stage.
 """
 
 from __future__ import annotations
@@ -37,8 +36,8 @@ class PortableRunConfig:
     """A run config without local paths, and the data it names."""
 
     config: dict[str, Any]  # the run config, local folders left out, data files by name
-    train_sources: list[SourceFile]  # the training data files, as found when publishing
-    validation_sources: list[SourceFile]  # separate validation files (empty: split off the train files)
+    train_sources: list[SourceFile]  # the data files, as found when publishing
+    validation_sources: list[SourceFile]  # (empty: the validation text is split off the train files)
     dropped: list[str]  # dotted keys left out
     base_folder: str | None = None  # model.init_from's folder, published by its name only
 
@@ -65,18 +64,6 @@ class PortableRunConfig:
         return "\n".join(header) + "\n" + yaml.safe_dump(self.config, sort_keys=False, allow_unicode=True)
 
 
-def data_sources(entries: list[str], exclude: list[str]) -> list[SourceFile]:
-    """Each data entry (file, folder or glob, relative to the current folder) as the files it names;
-    an entry that names nothing any more by its last path part, size unknown."""
-    found: list[SourceFile] = []
-    for entry in entries:
-        try:
-            found += list_sources(resolve_files([str(entry)], "data", exclude))
-        except MiniGPTUserError:
-            found.append(SourceFile(Path(str(entry)).name or str(entry), None))
-    return found
-
-
 def portable_run_config(run_config: dict[str, Any]) -> PortableRunConfig:
     """`run_config` (a resolved config as training saved it) without the training machine's paths."""
     config = copy.deepcopy(run_config)
@@ -94,9 +81,13 @@ def portable_run_config(run_config: dict[str, Any]) -> PortableRunConfig:
         dropped.append("hardware.profile")
     data = config.get("data") if isinstance(config.get("data"), dict) else {}
     sources = {}
-    for key in DATA_FILE_KEYS:
-        entries = data.get(key) or []
-        sources[key] = data_sources([entries] if isinstance(entries, str) else list(entries), list(data.get("exclude") or []))
+    for key in DATA_FILE_KEYS:  # each entry (file, folder or glob, from the current folder) as its files
+        entries, sources[key] = data.get(key) or [], []
+        for entry in [entries] if isinstance(entries, str) else entries:
+            try:
+                sources[key] += list_sources(resolve_files([str(entry)], "data", list(data.get("exclude") or [])))
+            except MiniGPTUserError:  # names nothing any more: by its last path part, size unknown
+                sources[key].append(SourceFile(Path(str(entry)).name or str(entry), None))
         if key in data:
             data[key] = [source.name for source in sources[key]]
     return PortableRunConfig(config, sources["train_files"], sources["validation_files"], dropped, folder)

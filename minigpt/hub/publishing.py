@@ -1,15 +1,11 @@
 """Publish a trained model to a hub folder: pick the files, write the model card, commit.
 
-Only an allowlist of files is published: safetensors weights, config and generation config,
-tokenizer files, the model's source files, the resolved training config and the loss curve, so
-Trainer's pickles (`training_args.bin`, `optimizer.pt`, `rng_state*.pth`: loading a pickle runs
-code) never are. Nothing published names a folder of the training machine (`portable`). Every
-check runs before the hub folder is touched, so a rejected push leaves it as it was.
-
-Forms (`form`): "stock" publishes the stock transformers architecture that computes the model
-exactly (`minigpt.export`), which loads everywhere without remote code; "minigpt" publishes
-MiniGPT's own config with its source files (`trust_remote_code=True`); "auto", the default, is
-stock when a stock architecture fits and minigpt otherwise. A GGUF file for llama.cpp can go beside.
+An allowlist (safetensors weights, configs, tokenizer, the model's source files, the resolved run
+config, the loss curve) keeps Trainer's pickles out; nothing published names a folder of the
+training machine (`portable`); every check runs before the hub folder is touched. Forms: "stock"
+(the stock architecture computing the model exactly, no remote code: `minigpt.export`), "minigpt"
+(its own config and source files, `trust_remote_code=True`), "auto" (stock when one fits). A GGUF
+file for llama.cpp can go beside.
 """
 
 from __future__ import annotations
@@ -20,7 +16,6 @@ import tempfile
 from pathlib import Path
 
 import yaml
-from safetensors import safe_open
 from transformers import GenerationConfig
 
 from ..data.chat_template import end_of_turn_id
@@ -35,8 +30,8 @@ from . import store
 from .loading import load_model, resolve_model
 from .portable import clean_json_text, find_local_path, local_paths, portable_run_config
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-                   "vocab.json", "merges.txt", "chat_template.jinja")  # fmt: skip
+# What save_pretrained writes for a fast tokenizer (MiniGPT's, and every stock export's)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
 PUBLISH_FORMS = ("auto", "stock", "minigpt")
 
 
@@ -44,22 +39,20 @@ class PublishError(MiniGPTUserError):
     """The source cannot be published: missing, no weights, no tokenizer, no source files."""
 
 
-def _weights_file(model_dir: Path) -> Path:
-    """model.safetensors, readable (MiniGPT's models are far below save_pretrained's 50 GB shard size)."""
+def _weights_file(model_dir: Path) -> tuple[Path, int]:
+    """model.safetensors (MiniGPT's models are far below save_pretrained's 50 GB shard size), and its parameters."""
     path = model_dir / "model.safetensors"
     if not path.is_file():
         raise PublishError(f"{model_dir} has no weights (model.safetensors); only safetensors weights are published")
     try:
-        with safe_open(str(path), framework="numpy") as handle:
-            handle.keys()
+        return path, count_parameters(path)
     except Exception as err:  # safetensors raises its own error types for a corrupt header
         raise PublishError(f"{path} is not a readable safetensors file: {err}") from None
-    return path
 
 
 def _tokenizer_files(model_dir: Path) -> dict[str, Path]:
     found = {name: model_dir / name for name in TOKENIZER_FILES if (model_dir / name).is_file()}
-    if "tokenizer_config.json" not in found or not ("tokenizer.json" in found or {"vocab.json", "merges.txt"} <= found.keys()):
+    if not {"tokenizer.json", "tokenizer_config.json"} <= found.keys():
         raise PublishError(
             f"{model_dir} has no tokenizer (tokenizer.json + tokenizer_config.json); "
             "save the tokenizer with the model (tokenizer.save_pretrained)"
@@ -70,25 +63,19 @@ def _tokenizer_files(model_dir: Path) -> dict[str, Path]:
 def _source_files(model_dir: Path, config: dict) -> dict[str, Path]:
     """The model's Python files that `auto_map` names: what lets it load without minigpt."""
     auto_map = config.get("auto_map") or {}
-    if "AutoModelForCausalLM" not in auto_map:
-        raise PublishError(
-            f"{model_dir}/config.json has no auto_map for AutoModelForCausalLM; re-save the model "
-            "with minigpt imported so its source files are written beside the weights"
-        )
     files = {p.name: p for p in sorted(model_dir.glob("*.py"))}
-    missing = sorted({ref.split(".")[0] + ".py" for ref in auto_map.values() if isinstance(ref, str)} - files.keys())
-    if missing:
-        raise PublishError(f"{model_dir} lacks the model source files {', '.join(missing)} named by auto_map")
+    named = {ref.split(".")[0] + ".py" for ref in auto_map.values() if isinstance(ref, str)}
+    if "AutoModelForCausalLM" not in auto_map or not named <= files.keys():
+        raise PublishError(
+            f"{model_dir} lacks the model source files its config.json's auto_map names; re-save the model "
+            "with minigpt imported so they are written beside the weights"
+        )
     return files
 
 
 def _generation_config_file(model_dir: Path, staging: Path, config: dict) -> Path:
-    """The folder's generation config, bounded and stopping at the end of a chat turn, in `staging`.
-
-    A model used with defaults must not generate past its context (a pipeline with no length set
-    adds 256 tokens): a config with no length gets `max_length` = the context. A model whose
-    tokenizer has `<|im_end|>` stops there too (a chat model's reply ends with it).
-    """
+    """The folder's generation config in `staging`, with `max_length` = the context when it sets no
+    length (a pipeline would add 256 tokens past it), stopping at `<|im_end|>` too when the tokenizer has it."""
     existing = model_dir / "generation_config.json"
     try:
         values = json.loads(existing.read_text()) if existing.is_file() else {}
@@ -134,15 +121,13 @@ def collect_files(
     """{snapshot name: file} for everything published from `source`; generated files go to `staging`."""
     if form not in PUBLISH_FORMS:
         raise PublishError(f"form must be one of {', '.join(PUBLISH_FORMS)}, got {form!r}")
-    if not Path(source).exists():
-        raise PublishError(f"source not found: {source}")
-    location = resolve_model(source)
+    location = resolve_model(source)  # ModelNotFoundError (one line) for a missing source
     model_dir, run_dir = location.local_dir, location.run_dir
     try:
         minigpt_config = config = json.loads((model_dir / "config.json").read_text())
     except json.JSONDecodeError as err:
         raise PublishError(f"{model_dir}/config.json is not valid JSON: {err}") from None
-    weights = _weights_file(model_dir)
+    weights, num_parameters = _weights_file(model_dir)
     files = {"config.json": model_dir / "config.json", weights.name: weights, **_tokenizer_files(model_dir)}
     files["generation_config.json"] = _generation_config_file(model_dir, staging, config)
     minigpt = config.get("model_type") == "minigpt"  # else a stock folder (an export): no source files
@@ -180,7 +165,7 @@ def collect_files(
         **stock_facts(config),  # converted here, or a folder exported before
         gguf_files=sorted(name for name in files if name.endswith(".gguf")),
         chat_template="chat_template.jinja" in files or "chat_template" in tokenizer_config,
-        num_parameters=count_parameters(weights),
+        num_parameters=num_parameters,
         license=license,
         run_config=run.get("config"),
         train_sources=run.get("train_sources", []),

@@ -10,11 +10,9 @@
       .locks/models--ORG--NAME/push.lock  one push at a time per repo (huggingface_hub's file lock)
 
 With `HF_HUB_CACHE=HUB_DIR HF_HUB_OFFLINE=1`, `from_pretrained("ORG/NAME", revision="main" or a
-tag)` resolves through `refs/` and `snapshots/` exactly as for a downloaded model. Blob names are
-the hub's etags: sha256 for binary files (LFS/Xet on the hub), the git blob sha1 for text files.
-huggingface_hub fills this layout only from downloads, so pushes write it here; its
-`scan_cache_dir` reads it back. A push never leaves a broken revision: blobs first, then the
-snapshot folder built aside and renamed in one step, then the commit record, then the refs.
+tag)` loads it as a download (huggingface_hub writes this layout only from downloads; its
+`scan_cache_dir` reads ours). A push never leaves a broken revision: blobs, then the snapshot
+folder (renamed in one step), then the commit record, then the refs.
 """
 
 from __future__ import annotations
@@ -32,7 +30,8 @@ from functools import partial
 from pathlib import Path
 from typing import BinaryIO
 
-from huggingface_hub.errors import HFValidationError
+from huggingface_hub import snapshot_download
+from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 from huggingface_hub.file_download import repo_folder_name
 from huggingface_hub.utils import WeakFileLock, validate_repo_id
 from huggingface_hub.utils.sha import git_hash, sha_fileobj
@@ -44,8 +43,7 @@ MAIN_BRANCH = "main"
 COMMIT_ID_PATTERN = re.compile(r"[0-9a-f]{40}")
 # Tag names: what git and the hub accept, minus slashes (a ref is one file under refs/).
 TAG_PATTERN = re.compile(r"(?!.*\.\.)(?!.*(\.lock|\.)$)[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
-# Files the hub stores with LFS/Xet whatever their content (its default .gitattributes), and the
-# size above which a text file goes there too.
+# Files the hub stores with LFS/Xet whatever their content (its .gitattributes), and the text size limit.
 LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".onnx", ".msgpack", ".png", ".jpg")
 LFS_MIN_SIZE = 10 * 1024 * 1024
 
@@ -56,7 +54,7 @@ class HubError(MiniGPTUserError):
 
 @dataclass(frozen=True)
 class CommitInfo:
-    """One commit of a repo: what `history` lists and `push_files` returns."""
+    """One commit: what `history` lists and `push_files` returns."""
 
     commit_id: str
     parent: str | None
@@ -83,10 +81,8 @@ def validate_model_repo_id(repo_id: str) -> str:
 
 def validate_tag(tag: str) -> str:
     """A tag is one ref file: letters, digits, `-_.`; not `main`, not a commit id, no `..`."""
-    if not TAG_PATTERN.fullmatch(tag):
-        raise HubError(f"invalid tag {tag!r}: use letters, digits, '-', '_' or '.' (e.g. v1.0)")
-    if tag == MAIN_BRANCH or COMMIT_ID_PATTERN.fullmatch(tag):
-        raise HubError(f"invalid tag {tag!r}: it would shadow the branch or a commit id")
+    if not TAG_PATTERN.fullmatch(tag) or tag == MAIN_BRANCH or COMMIT_ID_PATTERN.fullmatch(tag):
+        raise HubError(f"invalid tag {tag!r}: use letters, digits, '-', '_' or '.' (e.g. v1.0), not main or a commit id")
     return tag
 
 
@@ -129,39 +125,33 @@ def read_ref(hub_dir: str | os.PathLike, repo_id: str, ref: str) -> str | None:
 
 
 def read_commit(hub_dir: str | os.PathLike, repo_id: str, commit_id: str) -> CommitInfo:
-    record_file = repo_dir(hub_dir, repo_id) / "commits" / f"{commit_id}.json"
-    if not record_file.is_file():
-        raise HubError(f"{repo_id} has no commit {commit_id} in {hub_dir}")
-    record = json.loads(record_file.read_text())
+    record = json.loads((repo_dir(hub_dir, repo_id) / "commits" / f"{commit_id}.json").read_text())
     refs = tuple(name for name, target in list_refs(hub_dir, repo_id).items() if target == commit_id)
     return CommitInfo(**{key: record[key] for key in ("commit_id", "parent", "message", "created_at", "files")}, refs=refs)
 
 
-def history(hub_dir: str | os.PathLike, repo_id: str, revision: str = MAIN_BRANCH) -> list[CommitInfo]:
-    """Commits reachable from `revision`, newest first (like `git log`); MiniGPT's commits only."""
+def history(hub_dir: str | os.PathLike, repo_id: str) -> list[CommitInfo]:
+    """Commits reachable from main, newest first (like `git log`); MiniGPT's commits only."""
     commits = []
-    commit_id: str | None = resolve_commit(hub_dir, repo_id, revision)
+    commit_id: str | None = resolve_commit(hub_dir, repo_id)
     while commit_id is not None and (repo_dir(hub_dir, repo_id) / "commits" / f"{commit_id}.json").is_file():
         commits.append(read_commit(hub_dir, repo_id, commit_id))
         commit_id = commits[-1].parent
     return commits
 
 
-def resolve_commit(hub_dir: str | os.PathLike, repo_id: str, revision: str = MAIN_BRANCH) -> str:
-    """The commit id a branch, tag or commit id names, checked against the snapshots on disk."""
-    repo = repo_dir(hub_dir, repo_id)
-    if not (repo / "snapshots").is_dir():
-        raise HubError(f"no repo {repo_id} in hub folder {hub_dir} (push it first)")
-    commit_id = revision if COMMIT_ID_PATTERN.fullmatch(revision) else read_ref(hub_dir, repo_id, revision)
-    if commit_id is None or not (repo / "snapshots" / commit_id).is_dir():
-        known = ", ".join(list_refs(hub_dir, repo_id)) or "none"
-        raise HubError(f"{repo_id} has no revision {revision!r} in {hub_dir} (refs: {known})")
-    return commit_id
-
-
 def snapshot_dir(hub_dir: str | os.PathLike, repo_id: str, revision: str = MAIN_BRANCH) -> Path:
-    """The folder of one revision, ready for `from_pretrained(path)` or `upload_folder`."""
-    return repo_dir(hub_dir, repo_id) / "snapshots" / resolve_commit(hub_dir, repo_id, revision)
+    """The folder of one revision (a branch, tag or commit id), found as huggingface_hub finds it offline."""
+    try:
+        return Path(snapshot_download(validate_model_repo_id(repo_id), revision=revision, cache_dir=hub_dir, local_files_only=True))
+    except LocalEntryNotFoundError:
+        known = ", ".join(list_refs(hub_dir, repo_id)) or "none"
+        raise HubError(f"{repo_id} has no revision {revision!r} in {hub_dir} (refs: {known})") from None
+
+
+def resolve_commit(hub_dir: str | os.PathLike, repo_id: str, revision: str = MAIN_BRANCH) -> str:
+    """The commit id a branch, tag or commit id names."""
+    return snapshot_dir(hub_dir, repo_id, revision).name
 
 
 def _place(repo: Path, target: Path, write: Callable[[BinaryIO], object], mode: int | None = None) -> None:
@@ -175,11 +165,6 @@ def _place(repo: Path, target: Path, write: Callable[[BinaryIO], object], mode: 
         os.chmod(tmp, mode)
     os.replace(tmp, target)
     fsync_dir(target.parent)
-
-
-def _copy(source: Path, out: BinaryIO) -> None:
-    with source.open("rb") as src:
-        shutil.copyfileobj(src, out, 1 << 20)
 
 
 def _write_ref(repo: Path, ref: str, commit_id: str) -> None:
@@ -225,23 +210,22 @@ def push_files(
             raise HubError(f"snapshot file names must be plain names, got {path!r}")
     sources = {path: Path(source) for path, source in sorted(files.items())}
     blob_names = {path: blob_name(source) for path, source in sources.items()}
-    (Path(hub_dir) / ".locks" / repo.name).mkdir(parents=True, exist_ok=True)
     with WeakFileLock(Path(hub_dir) / ".locks" / repo.name / "push.lock"):  # pushes to a repo take turns
         check_new_tag(hub_dir, repo_id, tag)
         parent = read_ref(hub_dir, repo_id, MAIN_BRANCH)
-        if parent is not None and (repo / "commits" / f"{parent}.json").is_file():
-            previous = read_commit(hub_dir, repo_id, parent)
-            if previous.files == blob_names:
-                if tag is not None:
-                    _write_ref(repo, tag, parent)
-                return dataclasses.replace(read_commit(hub_dir, repo_id, parent), created=False)
+        unchanged = (repo / "commits" / f"{parent}.json").is_file() and read_commit(hub_dir, repo_id, parent).files == blob_names
+        if unchanged:  # (a parent MiniGPT did not write, a real download, has no record)
+            if tag is not None:
+                _write_ref(repo, tag, parent)
+            return dataclasses.replace(read_commit(hub_dir, repo_id, parent), created=False)
         commit_id = commit_id_for(blob_names, parent, message)
         for sub in ("blobs", "snapshots", "refs", "commits", ".staging"):
             (repo / sub).mkdir(parents=True, exist_ok=True)
         for path, source in sources.items():
             blob = repo / "blobs" / blob_names[path]
             if not blob.exists():  # content already stored: deduplicated
-                _place(repo, blob, partial(_copy, source), file_mode(0o444))  # read-only, as the umask allows
+                with source.open("rb") as src:  # read-only, as the umask allows
+                    _place(repo, blob, partial(shutil.copyfileobj, src), file_mode(0o444))
         _build_snapshot(repo, commit_id, blob_names)
         record = dict(commit_id=commit_id, parent=parent, message=message, files=blob_names,
                       created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))  # fmt: skip
