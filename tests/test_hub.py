@@ -507,3 +507,13 @@ def test_an_exported_folder_publishes_with_a_card_that_needs_no_remote_code(tmp_
     assert "custom_code" not in card.data.tags and "gpt2" in card.data.tags
     assert "trust_remote_code" not in card.text and "`GPT2LMHeadModel`" in card.text
     assert 'AutoModelForCausalLM.from_pretrained("org/exported")' in card.text
+
+
+def test_loading_a_model_draws_no_progress_bar(published, capfd):
+    """Every script loads through load_model: transformers' per-tensor "Loading weights" bar, instant
+    for these models, is not drawn (issue #48)."""
+    from minigpt.hub.loading import load_model
+
+    capfd.readouterr()
+    load_model(resolve_model(published["run"]))
+    assert "Loading weights" not in capfd.readouterr().err

@@ -15,7 +15,7 @@ from functools import partial
 from typing import Any
 
 import torch
-from transformers import PretrainedConfig
+from transformers import AutoConfig, PretrainedConfig
 
 from ..model.configuration_minigpt import MiniGPTConfig
 from .errors import ExportError
@@ -70,8 +70,6 @@ class StockArchitecture:
         return [(option, value) for option, value in self.needs.items() if getattr(config, option) != value]
 
     def stock_config(self, config: MiniGPTConfig) -> PretrainedConfig:
-        from transformers import AutoConfig
-
         values = {theirs: getattr(config, ours) for ours, theirs in self.fields.items()}
         return AutoConfig.for_model(self.name, **values, **self.extra(config), use_cache=True)
 
