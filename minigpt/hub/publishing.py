@@ -95,8 +95,7 @@ def _generation_config_file(model_dir: Path, staging: Path, config: dict) -> Pat
 def _converted_files(
     model_dir: Path, staging: Path, generation: Path, form: str, gguf_dtype: str | None, repo_id: str
 ) -> dict[str, Path]:
-    """The model exported to its stock architecture (unless "minigpt", or "auto" and none fits) and
-    to GGUF (when asked) in `staging`: {snapshot name: file}."""
+    """{snapshot name: file} of the stock form (unless "minigpt", or "auto" and none fits) and the GGUF."""
     model = load_model(resolve_model(model_dir), attn_implementation="eager")
     tokenizer = load_tokenizer(model_dir)
     files: dict[str, Path] = {}
