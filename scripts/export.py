@@ -46,12 +46,8 @@ def main() -> None:
         if target is not None and Path(target).exists() and not args.force:
             raise ExportError(f"{target} exists; pass --force to replace it")
 
-    from transformers.utils import logging as transformers_logging
-
     from minigpt.export.exporting import to_stock_model, write_stock_folder
     from minigpt.hub.loading import load_model, load_tokenizer, resolve_model
-
-    transformers_logging.disable_progress_bar()  # per-tensor loading bars: instant for these models
 
     location = resolve_model(args.model, hub_dir=args.hub_dir, revision=args.revision)
     model, tokenizer = load_model(location, attn_implementation="eager"), load_tokenizer(location)

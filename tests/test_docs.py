@@ -48,6 +48,7 @@ NOT_RUN = {
     "two over gloo); here its --config_file is read and the run config and overrides are loaded",
     "srun": "needs several machines",
     "torchrun": "needs several machines",
+    "lm_eval": "lm-eval is no dependency, and this one needs a running server (docs/serving.md says what was checked by hand)",
 }
 # Scripts whose documented commands would take minutes or never end: their --help must list every
 # option the command uses.

@@ -22,11 +22,12 @@ from safetensors.torch import load_file
 from minigpt.errors import MiniGPTUserError
 from minigpt.hub import store as hub
 from minigpt.hub.loading import ModelNotFoundError, resolve_model
-from minigpt.hub.publishing import PICKLE_SUFFIXES, publish
+from minigpt.hub.publishing import publish
 
 REPO = "minigpt-test/tiny-shakespeare"
 PUSH = REPO_ROOT / "scripts" / "push.py"
 PROMPT = "First Citizen:\nBefore we"
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib")  # formats that unpickle
 
 
 def run_script(script: Path, args: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
@@ -419,7 +420,7 @@ def test_file_names_match_what_training_writes():
     from minigpt.training.checkpoints import RESOLVED_CONFIG_NAME
 
     assert publishing.RESOLVED_CONFIG_NAME == RESOLVED_CONFIG_NAME
-    assert publishing.LOSS_CURVE_NAME == training.LOSS_PLOT_FILE
+    assert publishing.LOSS_PLOT_FILE == training.LOSS_PLOT_FILE
     assert training.FINAL_DIR == "final"
 
 
@@ -506,3 +507,13 @@ def test_an_exported_folder_publishes_with_a_card_that_needs_no_remote_code(tmp_
     assert "custom_code" not in card.data.tags and "gpt2" in card.data.tags
     assert "trust_remote_code" not in card.text and "`GPT2LMHeadModel`" in card.text
     assert 'AutoModelForCausalLM.from_pretrained("org/exported")' in card.text
+
+
+def test_loading_a_model_draws_no_progress_bar(published, capfd):
+    """Every script loads through load_model: transformers' per-tensor "Loading weights" bar, instant
+    for these models, is not drawn (issue #48)."""
+    from minigpt.hub.loading import load_model
+
+    capfd.readouterr()
+    load_model(resolve_model(published["run"]))
+    assert "Loading weights" not in capfd.readouterr().err

@@ -65,8 +65,7 @@ def test_pushing_a_checkpoint_says_that_main_now_points_to_it(tmp_path, monkeypa
 def test_the_model_card_shows_each_resumed_segments_thread_count(tmp_path):
     from types import SimpleNamespace
 
-    from minigpt.export.model_card import CardFacts, render_model_card
-    from minigpt.hub.model_card import read_segments
+    from minigpt.export.model_card import CardFacts, read_segments, render_model_card
     from minigpt.training.callbacks import MetricsFileCallback
 
     metrics = tmp_path / "metrics.jsonl"

@@ -7,13 +7,14 @@ model that loads without a word. The export writes both forms (tests/test_export
 and that 5.x loads them the same); this test loads such folders in a real transformers 4.57.6, in a
 side virtual environment that shares this Python's torch, and compares the logits.
 
-The side environment is built once (about 15 s with the registry reachable) under
-the user cache's side-envs/ (minigpt.cache_dir) and reused; where pip cannot install it, the test skips saying so.
-After that, about 15 s on 2 cores (one child Python loads every case).
+The side environment is built once per Python running the tests (about 15 s with the registry
+reachable) under the user cache's side-envs/ (minigpt.cache_dir) and reused; where pip cannot install
+it, the test skips saying so. After that, about 15 s on 2 cores (one child Python loads every case).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -75,20 +76,29 @@ def remove_stale_builds(older_than_s: float = 3600.0) -> None:
             shutil.rmtree(folder, ignore_errors=True)
 
 
+def site_packages() -> list[str]:
+    """The folders this Python imports installed packages from: a virtual environment's own (where
+    `pip install torch` put torch) and, when it sees them, its base interpreter's."""
+    return [path for path in sys.path if Path(path).name in ("site-packages", "dist-packages")]
+
+
 def build_side_env(target: Path, home: Path) -> None:
-    """A venv sharing this Python's site-packages (torch) with transformers 4.57.6 over them, built
-    under a temporary name and renamed to `target` only when it imports that version."""
+    """A venv that sees this Python's packages (torch) with transformers 4.57.6 over them, built
+    under a temporary name and renamed to `target` only when it imports that version.
+
+    `venv --system-site-packages` would not do: run from a virtual environment, `sys.executable -m venv`
+    builds on the base interpreter and shares ITS site-packages, without the torch installed in the
+    virtual environment. A .pth file lists this Python's folders instead; site.py appends them after
+    the side environment's own, so its transformers comes first.
+    """
     SIDE_ENVS.mkdir(parents=True, exist_ok=True)
     remove_stale_builds()
     building = SIDE_ENVS / f"{BUILDING}{target.name}-{os.getpid()}"
     shutil.rmtree(building, ignore_errors=True)
     env = side_env_child_env(home)
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--system-site-packages", str(building)],
-        check=True,
-        env=env,
-        timeout=300,
-    )
+    subprocess.run([sys.executable, "-m", "venv", str(building)], check=True, env=env, timeout=300)
+    (own,) = building.glob("lib/python*/site-packages")
+    (own / "this-python.pth").write_text("".join(f"{path}\n" for path in site_packages()))
     pip = [str(side_env_python(building)), "-m", "pip", "install", "-q", *PIP_OPTIONS, *SIDE_ENV_REQUIREMENTS]
     try:
         done = subprocess.run(pip, capture_output=True, text=True, env=env, timeout=PIP_SECONDS)
@@ -115,7 +125,8 @@ def build_side_env(target: Path, home: Path) -> None:
 def transformers4_python(tmp_path_factory) -> Path:
     """The Python of a side environment whose transformers is 4.57.6 (built on first use)."""
     home = tmp_path_factory.mktemp("side-env-home")
-    target = SIDE_ENVS / f"transformers-{TRANSFORMERS_4}"
+    python = hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]  # one side environment per Python
+    target = SIDE_ENVS / f"transformers-{TRANSFORMERS_4}-{python}"
     if transformers_version(side_env_python(target), home) != TRANSFORMERS_4:
         shutil.rmtree(target, ignore_errors=True)  # absent, or broken: built again
         build_side_env(target, home)

@@ -18,10 +18,11 @@ import torch
 from transformers import AutoModelForCausalLM, GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..atomic import atomic_output_dir
+from ..console import transformers_progress_bars
 from ..data.chat_template import stop_token_ids
 from ..data.tokenizer import LOAD_ONLY_KEYS
 from ..model import MiniGPTForCausalLM
-from .architectures import StockArchitecture, choose_architecture
+from .architectures import StockArchitecture, choose_architecture, load_with_zero_biases, to_stock_weights
 from .errors import ExportError
 from .model_card import exported_card_facts, render_model_card
 
@@ -52,43 +53,27 @@ def state_dict_of(model: MiniGPTForCausalLM) -> dict[str, torch.Tensor]:
     return {name: tensor.detach().to("cpu", torch.float32) for name, tensor in model.state_dict().items()}
 
 
+@torch.no_grad()
 def to_stock_model(model: MiniGPTForCausalLM, target: str = "auto") -> StockExport:
     """The stock transformers model computing `model` exactly; ExportError if none does."""
-    architecture = choose_architecture(model.config, target)
-    stock_config, weights = architecture.to_stock(model.config, state_dict_of(model))
+    family = choose_architecture(model.config, target)
+    stock_config = family.stock_config(model.config)
     stock_config._attn_implementation = model.config._attn_implementation
-    stock = AutoModelForCausalLM.from_config(stock_config, dtype=torch.float32)
-    stock.load_state_dict(weights, strict=True)  # every stock tensor set, nothing left over
-    stock.eval()
-    difference = max_logit_difference(model, stock)
+    stock = AutoModelForCausalLM.from_config(stock_config, dtype=torch.float32).eval()
+    load_with_zero_biases(stock, to_stock_weights(family, model.config, state_dict_of(model)))
+    rows, length = CHECK_BATCH
+    ids = torch.randint(0, model.config.vocab_size, (rows, min(length, stock_config.max_position_embeddings)),
+                        generator=torch.Generator().manual_seed(0))  # fmt: skip
+    was_training = model.training
+    ours = model.eval()(ids.to(model.device), use_cache=False).logits.float().cpu()
+    model.train(was_training)
+    difference = (ours - stock(ids, use_cache=False).logits).abs().max().item()
     if difference > CHECK_TOLERANCE:
         raise ExportError(
-            f"the {architecture.name} model's logits differ from MiniGPT's by {difference:.2e} "
-            f"(more than {CHECK_TOLERANCE:g}): a bug in the {architecture.name} mapping, please report it"
+            f"the {family.name} model's logits differ from MiniGPT's by {difference:.2e} "
+            f"(more than {CHECK_TOLERANCE:g}): a bug in the {family.name} mapping, please report it"
         )
-    return StockExport(stock, architecture, difference)
-
-
-def check_batch(vocab_size: int, context: int, seed: int = 0) -> torch.Tensor:
-    rows, length = CHECK_BATCH
-    generator = torch.Generator().manual_seed(seed)
-    return torch.randint(0, vocab_size, (rows, min(length, context)), generator=generator)
-
-
-@torch.no_grad()
-def max_logit_difference(
-    model: PreTrainedModel, other: PreTrainedModel, ids: torch.Tensor | None = None
-) -> float:
-    """max |logits| difference of two causal LMs on `ids` (a fixed random batch by default), in fp32."""
-    if ids is None:
-        ids = check_batch(model.config.vocab_size, model.config.max_position_embeddings)
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    ours = model(ids.to(device), use_cache=False).logits.float().cpu()
-    theirs = other(ids, use_cache=False).logits.float()
-    model.train(was_training)
-    return (ours - theirs).abs().max().item()
+    return StockExport(stock, family, difference)
 
 
 def save_portable_tokenizer(tokenizer: PreTrainedTokenizerBase, folder: Path) -> None:
@@ -114,15 +99,17 @@ def add_legacy_rope_keys(config_path: Path) -> None:
     """Write the rotary settings into `config.json` the way transformers 4.x reads them too.
 
     5.x keeps them only in `rope_parameters`, which 4.x (4.57 included) ignores: it reads the base
-    from a top-level `rope_theta` (10000 when absent) and any scaling from `rope_scaling`. 5.x loading
-    the folder folds both back into `rope_parameters` (same values: the same model). Nothing for a
-    learned-position family (no `rope_parameters`).
+    from a top-level `rope_theta` (GPT-NeoX: `rotary_emb_base`, with the rotated fraction in
+    `rotary_pct`, default 0.25), 10000 when absent, and any scaling from `rope_scaling`. 5.x loading
+    the folder folds them back into `rope_parameters`: the same model.
     """
     values = json.loads(config_path.read_text(encoding="utf-8"))
     rope = values.get("rope_parameters")
     if not isinstance(rope, dict) or "rope_theta" not in rope:
-        return
+        return  # learned positions
     values["rope_theta"] = rope["rope_theta"]
+    if values.get("model_type") == "gpt_neox":
+        values.update(rotary_pct=rope.get("partial_rotary_factor", 1.0), rotary_emb_base=rope["rope_theta"])
     scaling = {key: value for key, value in rope.items() if key not in ("rope_theta", "partial_rotary_factor")}
     if scaling.get("rope_type", "default") != "default":
         values["rope_scaling"] = scaling
@@ -130,7 +117,7 @@ def add_legacy_rope_keys(config_path: Path) -> None:
 
 
 def portable_generation_config(
-    generation_config: GenerationConfig, tokenizer: PreTrainedTokenizerBase, context: int
+    generation_config: GenerationConfig, tokenizer: PreTrainedTokenizerBase, context: int, sampling: dict | None = None
 ) -> GenerationConfig:
     """The generation config an exported model carries: no warning in any plain call.
 
@@ -138,7 +125,7 @@ def portable_generation_config(
       `generate(max_new_tokens=...)` and pipeline call with one warn that both are set (MiniGPT's
       own `generate` drops it; a stock class cannot). A config bounded by max_length (MiniGPT's:
       the context) gets half of it as new tokens, leaving the other half for the prompt.
-    - No sampling keys (`SAMPLING_KEYS`).
+    - No sampling keys (`SAMPLING_KEYS`), but those of `sampling` (a server's defaults).
     - Stops at the end of text and, when the tokenizer has the chat tokens, at `<|im_end|>`.
     """
     values = generation_config.to_diff_dict()
@@ -153,7 +140,7 @@ def portable_generation_config(
     eos = [eos] if isinstance(eos, int) else list(eos or [])
     stops = list(dict.fromkeys([*eos, *stop_token_ids(tokenizer)]))
     values["eos_token_id"] = stops[0] if len(stops) == 1 else stops
-    return GenerationConfig.from_dict(values)
+    return GenerationConfig.from_dict(values | (sampling or {}))
 
 
 def write_stock_folder(
@@ -163,22 +150,23 @@ def write_stock_folder(
     generation_config: GenerationConfig | None = None,
     source_name: str | None = None,
     license: str = "apache-2.0",
+    sampling: dict | None = None,
 ) -> Path:
     """Write `export` with its tokenizer at `output_dir`: replaced whole, or left as it was.
 
-    `source_name` (a folder or repo name, no local path) is what the model card says it came from.
+    `source_name` (a folder or repo name, no local path) is what the model card says it came from;
+    `sampling`: generation config keys that make it sample by default (`portable_generation_config`).
     """
     generation_config = generation_config or export.model.generation_config
     context = export.model.config.max_position_embeddings
     with atomic_output_dir(output_dir) as staging:
-        export.model.generation_config = portable_generation_config(generation_config, tokenizer, context)
-        export.model.save_pretrained(staging)
+        export.model.generation_config = portable_generation_config(generation_config, tokenizer, context, sampling)
+        with transformers_progress_bars(False):  # "Writing model shards": one small file
+            export.model.save_pretrained(staging)
         add_legacy_rope_keys(staging / "config.json")
         save_portable_tokenizer(tokenizer, staging)
         chat = isinstance(tokenizer.chat_template, str)
-        facts = exported_card_facts(
-            export.model, export.architecture.model_type, export.max_logit_difference, source_name, license, chat
-        )
+        facts = exported_card_facts(export.model, export.max_logit_difference, source_name, license, chat)
         (staging / "README.md").write_text(render_model_card(facts), encoding="utf-8")
     return Path(output_dir)
 
@@ -202,7 +190,6 @@ __all__ = [
     "StockExport",
     "add_legacy_rope_keys",
     "export_stock_folder",
-    "max_logit_difference",
     "portable_generation_config",
     "save_portable_tokenizer",
     "to_stock_model",

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 
 import gguf
 import numpy as np
@@ -29,27 +28,15 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from ..atomic import atomic_output_path
 from ..data.chat_template import end_of_turn_id, template_without_generation_markers
 from ..model.configuration_minigpt import MiniGPTConfig
+from .architectures import STOCK_ARCHITECTURES, rename
 from .errors import ExportError
+from .exporting import state_dict_of
 from .targets import GGUF_DTYPES
 
-# ggml's GELU is the tanh approximation, 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))), read from an f16
-# table; these are transformers' names for that formula. "gelu" (erf) is another function: refused.
-TANH_GELU = ("gelu_pytorch_tanh", "gelu_new", "gelu_fast")
 # The pre-tokenizer llama.cpp applies for `tokenizer.ggml.pre = "gpt-2"`: GPT-2's regex, which is what
 # `tokenizers`' ByteLevel(use_regex=True) splits with (MiniGPT's tokenizer, minigpt/data/tokenizer.py).
 GPT2_PRE_TOKENIZER = "gpt-2"
-
-_FILE_TYPES = {
-    "f32": gguf.LlamaFileType.ALL_F32,
-    "f16": gguf.LlamaFileType.MOSTLY_F16,
-    "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
-}
-_ARCHS = {
-    "gpt2": gguf.MODEL_ARCH.GPT2,
-    "starcoder2": gguf.MODEL_ARCH.STARCODER2,
-    "llama": gguf.MODEL_ARCH.LLAMA,
-    "qwen3": gguf.MODEL_ARCH.QWEN3,
-}
+FILE_TYPES = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}
 T = gguf.MODEL_TENSOR
 
 
@@ -58,57 +45,30 @@ def _refuse(option: str, value: object, reason: str) -> ExportError:
 
 
 def gguf_architecture(config: MiniGPTConfig) -> str:
-    """The llama.cpp architecture whose graph is exactly MiniGPT's for `config`.
+    """The llama.cpp architecture whose graph is exactly MiniGPT's for `config`: chosen by the
+    positions and the norm (and QK-norm), then every other option that graph fixes is checked.
 
     Raises `ExportError` with one line naming the first option no llama.cpp graph computes.
     """
-    rope = config.position_embedding_type == "rope"
-    if not rope:
-        if config.norm_type != "layernorm":
-            raise _refuse(
-                "norm_type", config.norm_type, "llama.cpp's gpt2 graph (learned positions) has LayerNorm only"
-            )
-        if config.mlp_type != "standard":
-            raise _refuse(
-                "mlp_type", config.mlp_type, "llama.cpp's gpt2 graph (learned positions) has a plain MLP only"
-            )
-        if config.qk_norm:
-            raise _refuse("qk_norm", True, "llama.cpp's gpt2 graph (learned positions) has no QK-norm")
+    if config.position_embedding_type != "rope":
         arch = "gpt2"
     elif config.norm_type == "layernorm":
-        if config.mlp_type != "standard":
-            raise _refuse("mlp_type", config.mlp_type, "no llama.cpp graph has LayerNorm with a gated MLP")
-        if config.qk_norm:
-            raise _refuse(
-                "qk_norm", True, "llama.cpp's LayerNorm graph with rotary (starcoder2) has no QK-norm"
-            )
         arch = "starcoder2"
     else:
-        if config.mlp_type != "gated":
-            raise _refuse(
-                "mlp_type", config.mlp_type, "llama.cpp's RMSNorm graphs (llama, qwen3) have a gated MLP only"
-            )
-        if config.hidden_act != "silu":
-            raise _refuse(
-                "hidden_act", config.hidden_act, "llama.cpp's llama and qwen3 graphs gate with SiLU only"
-            )
-        if config.qk_norm and config.bias:
-            raise _refuse("bias", True, "llama.cpp's qwen3 graph (QK-norm) has no biases; set bias=False")
         arch = "qwen3" if config.qk_norm else "llama"
-    if arch in ("gpt2", "starcoder2") and config.hidden_act not in TANH_GELU:
+    family = STOCK_ARCHITECTURES[arch]
+    for option, value in family.needs.items():
+        if getattr(config, option) != value:
+            raise _refuse(option, getattr(config, option), f"llama.cpp's {arch} graph needs {option}={value!r}")
+    if config.hidden_act not in family.gguf_acts:
+        raise _refuse("hidden_act", config.hidden_act, f"llama.cpp's {arch} graph computes {', '.join(family.gguf_acts)} only")
+    rope_type = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
+    if rope_type not in ("default", "linear"):
         raise _refuse(
-            "hidden_act",
-            config.hidden_act,
-            f"llama.cpp's {arch} graph computes the tanh-approximated GELU only ({', '.join(TANH_GELU)})",
+            "rope_parameters['rope_type']",
+            rope_type,
+            "llama.cpp scales rotary positions exactly as transformers for 'default' and 'linear' only",
         )
-    if rope:
-        rope_type = config.rope_parameters["rope_type"]  # a rotary config always has both keys
-        if rope_type not in ("default", "linear"):
-            raise _refuse(
-                "rope_parameters['rope_type']",
-                rope_type,
-                "llama.cpp scales rotary positions exactly as transformers for 'default' and 'linear' only",
-            )
     return arch
 
 
@@ -134,10 +94,10 @@ def write_gguf(
     tokens, token_types, merges = _vocabulary(tokenizer, config.vocab_size)  # checked before any write
 
     with atomic_output_path(path) as staging:  # whole or not at all, with the umask's modes
-        writer = gguf.GGUFWriter(str(staging), gguf.MODEL_ARCH_NAMES[_ARCHS[arch]])
+        writer = gguf.GGUFWriter(str(staging), arch)  # llama.cpp's names are ours
         _add_hyperparameters(writer, config, arch, dtype)
         _add_tokenizer(writer, tokenizer, tokens, token_types, merges)
-        for name, tensor in _tensors(model, arch):
+        for name, tensor in _tensors(model, arch).items():
             _add_tensor(writer, name, tensor, dtype)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
@@ -149,7 +109,7 @@ def write_gguf(
 def _add_hyperparameters(writer: gguf.GGUFWriter, config: MiniGPTConfig, arch: str, dtype: str) -> None:
     """The `{arch}.*` keys llama.cpp reads for this graph (llama.cpp's converter writes the same)."""
     writer.add_name("MiniGPT")
-    writer.add_file_type(_FILE_TYPES[dtype])
+    writer.add_file_type(FILE_TYPES[dtype])
     writer.add_vocab_size(config.vocab_size)
     writer.add_context_length(config.max_position_embeddings)  # gpt2: the rows of position_embd
     writer.add_embedding_length(config.hidden_size)
@@ -261,84 +221,46 @@ def _add_tokenizer(
         writer.add_chat_template(template_without_generation_markers(tokenizer.chat_template))
 
 
-def _name(tensor: gguf.MODEL_TENSOR, arch: str, suffix: str, block: int | None = None) -> str:
-    """llama.cpp's name for a tensor, checked against the tensors its `arch` graph loads."""
-    if tensor not in gguf.MODEL_TENSORS[_ARCHS[arch]]:
-        raise AssertionError(f"llama.cpp's {arch} has no {tensor.name} tensor")  # a bug here, not the user's
-    return f"{gguf.TENSOR_NAMES[tensor].format(bid=block)}.{suffix}"
-
-
-def _llama_rotary_order(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """Reorder q or k rows from rotate_half pairs (i, i + hs/2) to interleaved pairs (2i, 2i + 1).
+def _llama_rotary_order(module: str, weight: torch.Tensor, heads: int) -> torch.Tensor:
+    """Reorder c_attn's q and k rows from rotate_half pairs (i, i + hs/2) to interleaved pairs (2i, 2i + 1).
 
     llama.cpp's llama graph rotates adjacent pairs (rope type NORM, Meta's original layout), while
     MiniGPT, like transformers, rotates the two halves of each head (NEOX). Moving output row i + hs/2
     next to row i makes the same rotation apply; q and k move alike, so every q.k is unchanged.
-    This is llama.cpp's converter's `LlamaModel.permute`. (nh * hs, ...) -> (nh * hs, ...)
+    This is llama.cpp's converter's `LlamaModel.permute`. (3C, ...) -> (3C, ...)
     """
-    rest = weight.shape[1:]
-    return weight.reshape(num_heads, 2, -1, *rest).transpose(1, 2).reshape(weight.shape)
+    if not module.endswith("c_attn"):
+        return weight
+    q, k, v = weight.chunk(3)
+    q, k = (t.reshape(heads, 2, -1, *t.shape[1:]).transpose(1, 2).reshape(t.shape) for t in (q, k))
+    return torch.cat([q, k, v])
 
 
-def _tensors(model: PreTrainedModel, arch: str) -> Iterator[tuple[str, torch.Tensor]]:
-    """(llama.cpp name, fp32 tensor) for every weight the `arch` graph loads, from MiniGPT's modules."""
+def _tensors(model: PreTrainedModel, arch: str) -> dict[str, torch.Tensor]:
+    """{llama.cpp name: fp32 tensor} for every weight the `arch` graph loads, from MiniGPT's state dict."""
     config: MiniGPTConfig = model.config
-    C, ffn, nh = config.hidden_size, config.intermediate_size, config.num_attention_heads
-    trunk = model.transformer
-    # gpt2 and starcoder2 load every bias (and LayerNorm bias) as required: zeros stand in for absent ones.
-    zero_biases = arch in ("gpt2", "starcoder2")
 
-    def biased(
-        tensor: gguf.MODEL_TENSOR, block: int | None, module: torch.nn.Module, width: int
-    ) -> Iterator[tuple[str, torch.Tensor]]:
-        """A module's weight, and its (width,) bias when it has one, else zeros where the graph needs one."""
-        yield _name(tensor, arch, "weight", block), module.weight
-        bias = getattr(module, "bias", None)  # None: bias=False, or an RMSNorm (it has none)
-        if bias is None and zero_biases:
-            bias = torch.zeros(width)
-        if bias is not None:
-            yield _name(tensor, arch, "bias", block), bias
+    def names(*tensors: gguf.MODEL_TENSOR, block: int | None = None) -> tuple[str, ...]:
+        return tuple(gguf.TENSOR_NAMES[t].format(bid=block) for t in tensors)
 
-    yield _name(T.TOKEN_EMBD, arch, "weight"), trunk.wte.weight  # (V, C)
-    if arch == "gpt2":
-        yield _name(T.POS_EMBD, arch, "weight"), trunk.wpe.weight  # (P, C)
-    for i, block in enumerate(trunk.h):
-        attn, mlp = block.attn, block.mlp
-        yield from biased(T.ATTN_NORM, i, block.ln_1, C)
-        if arch == "gpt2":  # fused (3C, C): q, k, v row blocks, the split llama.cpp's gpt2 graph makes
-            yield from biased(T.ATTN_QKV, i, attn.c_attn, 3 * C)
-        else:
-            weight = attn.c_attn.weight.reshape(3, C, C)  # (3, C, C): q, k, v blocks of rows
-            bias = attn.c_attn.bias.reshape(3, C) if attn.c_attn.bias is not None else None
-            for j, tensor in enumerate((T.ATTN_Q, T.ATTN_K, T.ATTN_V)):
-                w, b = weight[j], bias[j] if bias is not None else None
-                if arch == "llama" and tensor in (T.ATTN_Q, T.ATTN_K):
-                    w = _llama_rotary_order(w, nh)
-                    b = _llama_rotary_order(b, nh) if b is not None else None
-                yield _name(tensor, arch, "weight", i), w
-                if b is None and zero_biases:
-                    b = torch.zeros(C)
-                if b is not None:
-                    yield _name(tensor, arch, "bias", i), b
-        yield from biased(T.ATTN_OUT, i, attn.c_proj, C)
-        if arch == "qwen3":  # (hs,) each, one weight shared by all heads
-            yield _name(T.ATTN_Q_NORM, arch, "weight", i), attn.q_norm.weight
-            yield _name(T.ATTN_K_NORM, arch, "weight", i), attn.k_norm.weight
-        yield from biased(T.FFN_NORM, i, block.ln_2, C)
-        if config.mlp_type == "gated":  # c_fc (2I, C): gate rows, then up rows
-            gate_w, up_w = mlp.c_fc.weight.split(ffn)
-            yield _name(T.FFN_GATE, arch, "weight", i), gate_w
-            yield _name(T.FFN_UP, arch, "weight", i), up_w
-            if mlp.c_fc.bias is not None:
-                gate_b, up_b = mlp.c_fc.bias.split(ffn)
-                yield _name(T.FFN_GATE, arch, "bias", i), gate_b
-                yield _name(T.FFN_UP, arch, "bias", i), up_b
-        else:
-            yield from biased(T.FFN_UP, i, mlp.c_fc, ffn)  # (I, C)
-        yield from biased(T.FFN_DOWN, i, mlp.c_proj, C)  # (C, I)
-    yield from biased(T.OUTPUT_NORM, None, trunk.ln_f, C)
+    qkv = (T.ATTN_QKV,) if arch == "gpt2" else (T.ATTN_Q, T.ATTN_K, T.ATTN_V)  # gpt2: fused (3C, C)
+    fc = (T.FFN_GATE, T.FFN_UP) if config.mlp_type == "gated" else (T.FFN_UP,)  # gated (2I, C): gate, up
+    layer = {"ln_1": (T.ATTN_NORM,), "attn.c_attn": qkv, "attn.c_proj": (T.ATTN_OUT,), "attn.q_norm": (T.ATTN_Q_NORM,),
+             "attn.k_norm": (T.ATTN_K_NORM,), "ln_2": (T.FFN_NORM,), "mlp.c_fc": fc, "mlp.c_proj": (T.FFN_DOWN,)}  # fmt: skip
+    modules = {"transformer.wte": names(T.TOKEN_EMBD), "transformer.wpe": names(T.POS_EMBD),
+               "transformer.ln_f": names(T.OUTPUT_NORM)}  # fmt: skip
     if not config.tie_word_embeddings:  # tied: llama.cpp reads token_embd as the output too
-        yield _name(T.OUTPUT, arch, "weight"), model.lm_head.weight  # (V, C)
+        modules["lm_head"] = names(T.OUTPUT)
+    for i in range(config.num_hidden_layers):
+        modules |= {f"transformer.h.{i}.{ours}": names(*theirs, block=i) for ours, theirs in layer.items()}
+    heads = config.num_attention_heads
+    layout = (lambda module, weight: _llama_rotary_order(module, weight, heads)) if arch == "llama" else None
+    tensors = rename(state_dict_of(model), modules, layout)
+    if arch in ("gpt2", "starcoder2"):  # their graphs load every bias: zeros stand in for absent ones
+        embeddings = names(T.TOKEN_EMBD, T.POS_EMBD, T.OUTPUT)
+        for name in [n for n in tensors if n.endswith(".weight") and n.removesuffix(".weight") not in embeddings]:
+            tensors.setdefault(name.removesuffix("weight") + "bias", torch.zeros(tensors[name].shape[0]))
+    return tensors
 
 
 def _add_tensor(writer: gguf.GGUFWriter, name: str, tensor: torch.Tensor, dtype: str) -> None:
@@ -355,4 +277,4 @@ def _add_tensor(writer: gguf.GGUFWriter, name: str, tensor: torch.Tensor, dtype:
         writer.add_tensor(name, data.astype(np.float16))
 
 
-__all__ = ["GGUF_DTYPES", "TANH_GELU", "gguf_architecture", "write_gguf"]
+__all__ = ["GGUF_DTYPES", "gguf_architecture", "write_gguf"]

@@ -2,8 +2,8 @@
 
 The inverse of `exporting`: GPT-2, GPT-NeoX, Starcoder2, Llama and Qwen3 folders (local, or a repo
 id with `from_pretrained`'s keyword arguments) load with the stock class, without remote code, and
-their weights are mapped into a MiniGPT model that computes the same logits. A setting MiniGPT has
-no equivalent for (grouped-query attention, parallel residuals, partial rotary, sliding windows...)
+their weights go into a MiniGPT model that computes the same logits. A setting MiniGPT has no
+equivalent for (grouped-query attention, parallel residuals, partial rotary, sliding windows...)
 is an ExportError naming it.
 """
 
@@ -17,16 +17,16 @@ from typing import Any
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
+from ..console import transformers_progress_bars
 from ..model import MiniGPTConfig, MiniGPTForCausalLM
-from .architectures import STOCK_ARCHITECTURES, architecture_for_model_type
+from .architectures import STOCK_ARCHITECTURES, from_stock_weights, load_with_zero_biases
 from .errors import ExportError
 
 
 def is_stock_model_dir(path: str | os.PathLike) -> bool:
     """A folder with a config.json whose model_type is not MiniGPT's."""
-    config = Path(path) / "config.json"
     try:
-        return json.loads(config.read_text()).get("model_type") != MiniGPTConfig.model_type
+        return json.loads((Path(path) / "config.json").read_text()).get("model_type") != MiniGPTConfig.model_type
     except (OSError, ValueError, AttributeError):
         return False
 
@@ -34,25 +34,28 @@ def is_stock_model_dir(path: str | os.PathLike) -> bool:
 def import_stock_model(name_or_path: str | os.PathLike, **from_pretrained_kwargs: Any) -> MiniGPTForCausalLM:
     """Load the stock model at `name_or_path` and return the MiniGPT model that computes it exactly."""
     try:
-        stock_config = AutoConfig.from_pretrained(str(name_or_path), **from_pretrained_kwargs)
+        model_type = AutoConfig.from_pretrained(str(name_or_path), **from_pretrained_kwargs).model_type
     except (OSError, ValueError) as err:
         raise ExportError(f"{name_or_path} is not a loadable transformers model: {err}") from None
-    architecture = architecture_for_model_type(stock_config.model_type)
-    if architecture is None:
-        known = ", ".join(arch.model_type for arch in STOCK_ARCHITECTURES.values())
+    if model_type not in STOCK_ARCHITECTURES:
         raise ExportError(
-            f"model_type={stock_config.model_type!r}: MiniGPT imports only {known} (the stock models it can express)"
+            f"model_type={model_type!r}: MiniGPT imports only {', '.join(STOCK_ARCHITECTURES)} "
+            "(the stock models it can express)"
         )
-    stock = AutoModelForCausalLM.from_pretrained(
-        str(name_or_path), dtype=torch.float32, **from_pretrained_kwargs
-    )
-    kwargs, weights = architecture.from_stock(stock.config, stock.state_dict())
+    family = STOCK_ARCHITECTURES[model_type]
+    with transformers_progress_bars(False):  # per-tensor bars: instant for these models
+        stock = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=torch.float32, **from_pretrained_kwargs)
+    kwargs = family.minigpt_kwargs(stock.config)
+    weights = from_stock_weights(family, stock.config, stock.state_dict())
+    # All-zero biases (what an export of bias=False writes) read back as bias=False.
+    declared = any(getattr(stock.config, flag, False) for flag in family.bias_flags)
+    biases = [tensor for name, tensor in weights.items() if name.endswith(".bias")]
     try:
-        config = MiniGPTConfig(**kwargs)
+        config = MiniGPTConfig(**kwargs, bias=declared or any(bool(t.any()) for t in biases))
     except ValueError as err:
         raise ExportError(f"{name_or_path}: {err}") from None
     model = MiniGPTForCausalLM(config)
-    model.load_state_dict(weights, strict=True)
+    load_with_zero_biases(model, weights)
     model.generation_config = GenerationConfig.from_dict(stock.generation_config.to_dict())
     return model.eval()
 

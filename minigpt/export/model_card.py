@@ -1,25 +1,26 @@
-"""The README.md model card of a model folder: hub metadata plus a human-readable body.
+"""The README.md model card of a model folder: hub metadata, a human-readable body, and the facts
+of a training run it states (read here from the run folder).
 
-One writer for both folders MiniGPT makes: a model published to a hub folder (`minigpt.hub`,
-which imports this stage: the card states the run's data, hyperparameters, metrics and loss curve)
-and a folder exported to a stock architecture (`exporting.py`: the card states the check of its
-logits against MiniGPT's). What differs is in `CardFacts`: the stock class (plain transformers) or
-none (MiniGPT's own, remote code), what the usage snippet loads, and whichever facts are known.
-
-The YAML header (library_name, license, tags, model-index with the evaluation results) is built
-with huggingface_hub's `ModelCardData`/`EvalResult`, so it is what the hub parses.
+One writer for both folders MiniGPT makes: a model published to a hub folder (`minigpt.hub`: the card
+states the run's data, hyperparameters, metrics and loss curve) and a folder exported to a stock
+architecture (`exporting.py`: the card states the check of its logits against MiniGPT's). The YAML
+header is built with huggingface_hub's `ModelCardData`/`EvalResult`, so it is what the hub parses.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from huggingface_hub import EvalResult, ModelCardData
+from safetensors import safe_open
 from transformers import PreTrainedModel
 
-from ..data.provenance import SourceFile
+from ..run_layout import METRICS_FILE, SUMMARY_FILE, read_log_records
 
 # Keys training logs for the validation split (minigpt.training), in the order they are shown.
 EVAL_METRICS = {
@@ -70,49 +71,46 @@ class CardFacts:
     logit_check: float | None = None  # max |logits - MiniGPT's| of the stock form on a check batch, fp32
     exported_from: str | None = None  # the MiniGPT model an exported folder came from (a folder or repo name)
     run_config: dict[str, Any] | None = None  # the resolved training config (no local paths), when known
-    train_sources: list[SourceFile] = field(default_factory=list)  # training data files, by name and size
-    validation_sources: list[SourceFile] = field(default_factory=list)  # separate validation files, if any
+    # Data files, as data.provenance.SourceFile (.name, .bytes: None when unknown)
+    train_sources: list[Any] = field(default_factory=list)
+    validation_sources: list[Any] = field(default_factory=list)  # separate validation files, if any
     metrics: dict[str, float] = field(default_factory=dict)  # eval_* keys of EVAL_METRICS
     metrics_step: int | None = None  # the training step the metrics were measured at
     loss_curve: str | None = None  # file name of the loss-curve picture in the snapshot
     extra_tags: list[str] = field(default_factory=list)
     gguf_files: list[str] = field(default_factory=list)  # GGUF files for llama.cpp in the snapshot
     chat_template: bool = False  # the tokenizer carries a chat template: the usage shows a conversation
-    base_model: str | None = None  # the repo id training started from (model.init_from), hub metadata
-    base_revision: str | None = None  # its revision
-    base_folder: str | None = None  # or the name of the local model folder it started from
+    base: str | None = None  # what training started from (model.init_from): a repo id, or a folder's name
+    base_revision: str | None = None  # the repo's revision (None: `base` is a local folder)
     base_metrics: dict[str, float] = field(default_factory=dict)  # the base's eval_* at step 0
     # (first step, hardware section) of each segment of a resumed run, from metrics.jsonl
     segments: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
 
 
+def stock_facts(config: Mapping[str, Any]) -> dict[str, Any]:
+    """CardFacts' `stock_class` and `extra_tags` for a folder with this config.json (none: MiniGPT's own)."""
+    if config.get("model_type") == "minigpt":
+        return {}
+    return {"stock_class": (config.get("architectures") or [config.get("model_type")])[0], "extra_tags": [config["model_type"]]}
+
+
 def exported_card_facts(
-    model: PreTrainedModel,
-    model_type: str,
-    max_logit_difference: float,
-    source_name: str | None,
-    license: str,
-    chat_template: bool = False,
+    model: PreTrainedModel, max_logit_difference: float, source_name: str | None, license: str, chat_template: bool
 ) -> CardFacts:
     """The facts of a folder exported to the stock `model`: its architecture (read through the stock
     config's attribute names, so GPT-2's `n_embd` reads as hidden_size) and the export's check."""
-    config = model.config
-    architecture = {key: getattr(config, key, None) for key in ARCHITECTURE_FIELDS}
+    config = {key: getattr(model.config, key, None) for key in ("model_type", "architectures", *ARCHITECTURE_FIELDS)}
+    config = {key: value for key, value in config.items() if value is not None}
     return CardFacts(
         repo_id=source_name or "MiniGPT model",
-        model_config={
-            "model_type": config.model_type,
-            "architectures": config.architectures,
-            **{key: value for key, value in architecture.items() if value is not None},
-        },
+        model_config=config,
         num_parameters=model.num_parameters(),  # a tied head counted once
         license=license,
-        stock_class=(config.architectures or [model_type])[0],
         load_from=EXPORTED_USAGE_NAME,
         logit_check=max_logit_difference,
         exported_from=source_name,
-        extra_tags=[model_type],
         chat_template=chat_template,
+        **stock_facts(config),
     )
 
 
@@ -168,17 +166,16 @@ def card_metadata(facts: CardFacts) -> ModelCardData:
         ],
         model_name=facts.repo_id,
         eval_results=eval_results or None,
-        **({"base_model": facts.base_model, "base_model_relation": "finetune"} if facts.base_model else {}),
+        **({"base_model": facts.base, "base_model_relation": "finetune"} if facts.base_revision else {}),
     )
 
 
 def _origin(facts: CardFacts) -> str:
     """How the model was made, in one sentence: from scratch, or continued from a base model."""
-    if facts.base_model:
-        revision = f" (revision `{facts.base_revision}`)" if facts.base_revision else ""
-        base = f"the model `{facts.base_model}`{revision}"
-    elif facts.base_folder:
-        base = f"the model `{facts.base_folder}` (a local folder, not published)"
+    if facts.base and facts.base_revision:
+        base = f"the model `{facts.base}` (revision `{facts.base_revision}`)"
+    elif facts.base:
+        base = f"the model `{facts.base}` (a local folder, not published)"
     elif facts.run_config is not None:
         return "A small GPT-style causal language model trained from scratch with MiniGPT."
     else:  # no run recorded: how it started is not known here
@@ -218,7 +215,7 @@ def _table(rows: list[tuple[str, Any]], header: tuple[str, str]) -> str:
     return "\n".join(lines)
 
 
-def _sources_text(sources: list[SourceFile]) -> str:
+def _sources_text(sources: list[Any]) -> str:
     """`a.txt` (1,234 bytes), `b.txt` (size unknown) and 3 more files (N bytes in all)."""
     named = [
         f"`{s.name}` ({s.bytes:,} bytes)" if s.bytes is not None else f"`{s.name}` (size unknown)"
@@ -370,11 +367,51 @@ def render_model_card(facts: CardFacts) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+def count_parameters(weights: Path) -> int:
+    """Parameters stored in a safetensors file (a tied head is stored once, so counted once)."""
+    with safe_open(str(weights), framework="numpy") as handle:
+        return sum(math.prod(handle.get_slice(name).get_shape()) for name in handle.keys())
+
+
+def read_run_facts(run_dir: Path | None, model_dir: Path) -> dict[str, Any]:
+    """CardFacts' `metrics` and `metrics_step` (the latest validation record training logged, in the
+    run's metrics.jsonl and summary.json or a checkpoint's trainer_state.json), `base_metrics` (those
+    logged at step 0, when a run evaluates its base model first) and `segments` (`read_segments`)."""
+    records: list[Mapping[str, Any]] = []
+    for folder in [d for d in (run_dir, model_dir) if d is not None]:
+        records += read_log_records(folder / METRICS_FILE)
+        if (folder / SUMMARY_FILE).is_file():
+            summary = json.loads((folder / SUMMARY_FILE).read_text())
+            records.append({"step": summary.get("global_step", -1), **summary})
+        if (folder / "trainer_state.json").is_file():
+            records += json.loads((folder / "trainer_state.json").read_text()).get("log_history", [])
+    evals = [r for r in records if isinstance(r.get("eval_loss"), int | float)]
+    facts: dict[str, Any] = {"segments": read_segments(run_dir), "base_metrics": {}}
+    if not evals:
+        return facts
+    base = [r for r in evals if r.get("step") == 0]
+    if base:
+        facts["base_metrics"] = {key: float(base[0][key]) for key in EVAL_METRICS if key in base[0]}
+    latest = max(evals, key=lambda r: r.get("step", -1))  # max() keeps the first of equal steps
+    metrics = {key: float(latest[key]) for key in EVAL_METRICS if isinstance(latest.get(key), int | float)}
+    metrics.setdefault("eval_perplexity", math.exp(min(metrics["eval_loss"], 50.0)))
+    step = latest.get("step")
+    return facts | {"metrics": metrics, "metrics_step": int(step) if isinstance(step, int | float) and step >= 0 else None}
+
+
+def read_segments(run_dir: Path | None) -> list[tuple[int, dict[str, Any]]]:
+    """(first step, hardware section) of each start and resume of the run, in step order."""
+    records = read_log_records(run_dir / METRICS_FILE) if run_dir is not None else []
+    segments = [(int(r["step"]), dict(r["segment"]["hardware"])) for r in records
+                if isinstance(r.get("segment"), Mapping) and isinstance(r["segment"].get("hardware"), Mapping)]  # fmt: skip
+    return sorted(segments, key=lambda s: s[0])
+
+
 __all__ = [
-    "ARCHITECTURE_FIELDS",
-    "EVAL_METRICS",
     "CardFacts",
-    "card_metadata",
+    "count_parameters",
     "exported_card_facts",
+    "read_run_facts",
+    "read_segments",
     "render_model_card",
 ]

@@ -1,13 +1,6 @@
-"""Find a model from what a user types: a model folder, a run or checkpoint folder, or a repo id.
-
-Shared by `scripts/generate.py`, `scripts/evaluate.py` and `scripts/push.py`, so all three accept
-the same MODEL argument:
-
-- a model folder (`config.json` inside): a run's `final/`, a `checkpoint-N/`, a hub snapshot;
-- a training run folder: its `final/` model (a run without one names its latest checkpoint);
-- `ORG/NAME` in a hub folder (`minigpt.hub.store`), at a branch, tag or commit (`--revision`),
-  loaded with `from_pretrained(repo_id, cache_dir=hub_dir, revision=...)`, as from the real hub.
-"""
+"""Find and load a model from every script's MODEL argument: a model folder (`config.json` inside:
+`final/`, `checkpoint-N/`, a snapshot), a run folder (its `final/`), or `ORG/NAME` in a hub folder
+at a branch, tag or commit, loaded with `from_pretrained(repo_id, cache_dir=hub_dir, revision=...)`."""
 
 from __future__ import annotations
 
@@ -16,8 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from ..console import transformers_progress_bars
 from ..errors import MiniGPTUserError
 from ..model import register_auto_classes
 from ..run_layout import FINAL_DIR, checkpoint_step, list_checkpoints
@@ -44,64 +38,34 @@ class ModelLocation:
 
     def from_pretrained_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for `AutoModel*/AutoTokenizer.from_pretrained(self.name_or_path, ...)`."""
-        if not self.is_repo:
-            return {}
-        return {"revision": self.revision, "cache_dir": str(self.hub_dir), "local_files_only": True}
-
-
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The highest-numbered `checkpoint-N` folder holding a config.json, if any."""
-    return next((p for p in list_checkpoints(run_dir) if (p / "config.json").is_file()), None)
-
-
-def _run_dir_of(model_dir: Path) -> Path | None:
-    """The run folder around `final/` or `checkpoint-N/`, else None."""
-    if model_dir.name == FINAL_DIR or checkpoint_step(model_dir) is not None:
-        return model_dir.parent
-    return None
-
-
-def _could_be_repo_id(model: str) -> bool:
-    """ORG/NAME: one slash, no path syntax (`./x`, `/x`, `~/x`, `a/b/c`, a Windows separator)."""
-    return (
-        model.count("/") == 1
-        and not model.startswith((".", "/", "~"))
-        and (os.sep == "/" or os.sep not in model)
-    )
+        return {"revision": self.revision, "cache_dir": str(self.hub_dir), "local_files_only": True} if self.is_repo else {}
 
 
 def resolve_model(
-    model: str | os.PathLike,
-    hub_dir: str | os.PathLike | None = None,
-    revision: str | None = None,
+    model: str | os.PathLike, hub_dir: str | os.PathLike | None = None, revision: str | None = None
 ) -> ModelLocation:
     """Turn a MODEL argument into a `ModelLocation`; a folder on disk wins over a repo id."""
     path = Path(model)
     if path.is_dir():
         if revision is not None:
             raise ModelNotFoundError(f"--revision applies to repo ids, but {model} is a folder")
-        if (path / "config.json").is_file():
-            return ModelLocation(str(path), path, run_dir=_run_dir_of(path.resolve()))
+        if (path / "config.json").is_file():  # in a run folder: `final/` or `checkpoint-N/`
+            in_run = path.resolve().name == FINAL_DIR or checkpoint_step(path.resolve()) is not None
+            return ModelLocation(str(path), path, run_dir=path.resolve().parent if in_run else None)
         final = path / FINAL_DIR
         if (final / "config.json").is_file():
             return ModelLocation(str(final), final, run_dir=path)
-        checkpoint = latest_checkpoint(path)
+        checkpoint = next((p for p in list_checkpoints(path) if (p / "config.json").is_file()), None)
         if checkpoint is not None:
-            raise ModelNotFoundError(
-                f"run folder {model} has no {FINAL_DIR}/ model (training unfinished?); "
-                f"pass a checkpoint folder instead, e.g. {checkpoint}"
-            )
-        raise ModelNotFoundError(
-            f"{model} holds no model: no config.json, {FINAL_DIR}/ or checkpoint-N/"
-        )
+            raise ModelNotFoundError(f"run folder {model} has no {FINAL_DIR}/ model (training unfinished?); "
+                                     f"pass a checkpoint folder instead, e.g. {checkpoint}")  # fmt: skip
+        raise ModelNotFoundError(f"{model} holds no model: no config.json, {FINAL_DIR}/ or checkpoint-N/")
     if path.exists():
-        raise ModelNotFoundError(
-            f"{model} is a file; MODEL is a model, run or checkpoint folder, or ORG/NAME"
-        )
+        raise ModelNotFoundError(f"{model} is a file; MODEL is a model, run or checkpoint folder, or ORG/NAME")
     model = str(model)
     hub_path = Path(hub_dir) if hub_dir is not None else store.default_hub_dir()
-    if not _could_be_repo_id(model):
-        hint = " (a repo id reads ORG/NAME)" if "/" not in model and os.sep not in model else ""
+    if model.count("/") != 1 or model.startswith((".", "/", "~")):  # path syntax, not ORG/NAME
+        hint = " (a repo id reads ORG/NAME)" if "/" not in model else ""
         raise ModelNotFoundError(f"no model at {model}: no such folder{hint}")
     try:
         store.validate_model_repo_id(model)
@@ -109,37 +73,24 @@ def resolve_model(
         raise ModelNotFoundError(f"no model at {model}: no such folder (and not a valid repo id)") from None
     if not (store.repo_dir(hub_path, model) / "snapshots").is_dir():
         # "runs/nothere" reads as a folder and as a repo id: say that it is neither.
-        raise ModelNotFoundError(
-            f"no model at {model}: not a folder, and not a repo id in hub folder {hub_path}/"
-        )
+        raise ModelNotFoundError(f"no model at {model}: not a folder, and not a repo id in hub folder {hub_path}/")
     revision = revision or store.MAIN_BRANCH
     snapshot = store.snapshot_dir(hub_path, model, revision)  # HubError if the repo or revision is absent
     return ModelLocation(model, snapshot, revision=revision, hub_dir=hub_path)
 
 
-def load_tokenizer(location: ModelLocation):
+def load_tokenizer(location: ModelLocation) -> PreTrainedTokenizerBase:
     """The model's tokenizer, through `AutoTokenizer` as any transformers user would load it."""
     return AutoTokenizer.from_pretrained(location.name_or_path, **location.from_pretrained_kwargs())
 
 
-def load_model(location: ModelLocation, **kwargs: Any):
-    """The model in eval mode through `AutoModelForCausalLM`.
-
-    The installed minigpt classes are used (registered with the Auto classes); the source files
-    shipped beside the weights are what a user without minigpt runs.
-    """
+def load_model(location: ModelLocation, **kwargs: Any) -> PreTrainedModel:
+    """The model in eval mode through `AutoModelForCausalLM`, with the installed minigpt classes
+    (registered with the Auto classes), and no per-tensor "Loading weights" bar (instant for these models)."""
     register_auto_classes()
-    model = AutoModelForCausalLM.from_pretrained(
-        location.name_or_path, **location.from_pretrained_kwargs(), **kwargs
-    )
+    with transformers_progress_bars(False):
+        model = AutoModelForCausalLM.from_pretrained(location.name_or_path, **location.from_pretrained_kwargs(), **kwargs)
     return model.eval()
 
 
-__all__ = [
-    "ModelLocation",
-    "ModelNotFoundError",
-    "latest_checkpoint",
-    "load_model",
-    "load_tokenizer",
-    "resolve_model",
-]
+__all__ = ["ModelLocation", "ModelNotFoundError", "load_model", "load_tokenizer", "resolve_model"]

@@ -1,11 +1,9 @@
-"""Keep the training machine's paths out of a published model.
+"""Keep the training machine's paths (`/home/me/runs/x`, `../mydata`) out of a published model.
 
-A run config names folders and files of the machine it ran on (`/home/me/runs/x`, `../mydata`).
-Publishing them leaks private paths and promises files nobody else has, so the published
-`resolved_config.yaml` is rewritten: data files appear by file name (their sizes in the header
-and the model card), and the keys that only name local folders are left out. JSON metadata that
-transformers fills with loading state (`_name_or_path`, `is_local`, ...) is cleaned the same way.
-A last check refuses to publish any text file that still names a local folder.
+The published `resolved_config.yaml` names data files by file name (sizes in its header and the
+card) and leaves out keys that only name local folders; JSON loses transformers' loading state
+(`_name_or_path`, `is_local`, ...); a last check refuses any text file still naming a local folder.
+The one module of hub/ that imports the data stage.
 """
 
 from __future__ import annotations
@@ -13,7 +11,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,26 +22,13 @@ from ..data.sources import resolve_files
 from ..errors import MiniGPTUserError
 from ..run_layout import model_folder_name
 
-# Run-config keys that only name folders of the training machine: left out of the published
-# config, so loading it as a run config gives their defaults. The tokenizer is published beside it.
-LOCAL_FOLDER_KEYS = (
-    ("training", "output_dir"),
-    ("tokenizer", "path"),
-    ("data", "cache_dir"),
-    ("model", "init_hub_dir"),
-)
+# Run-config keys that only name folders of the training machine: left out (as a run config, the
+# published file gives them their defaults; the tokenizer is published beside it).
+LOCAL_FOLDER_KEYS = (("training", "output_dir"), ("tokenizer", "path"), ("data", "cache_dir"), ("model", "init_hub_dir"))
 DATA_FILE_KEYS = ("train_files", "validation_files")  # data files: published by file name
 # Keys transformers writes into saved JSON from how the files were loaded, not what they are.
-LOADING_STATE_KEYS = (
-    "_name_or_path",
-    "name_or_path",
-    "is_local",
-    "local_files_only",
-    "cache_dir",
-    "_commit_hash",
-)
-# Published text files checked for local paths (the model's .py files come from the package).
-CHECKED_SUFFIXES = (".json", ".yaml", ".yml", ".md", ".txt", ".jinja")
+LOADING_STATE_KEYS = ("_name_or_path", "name_or_path", "is_local", "local_files_only", "cache_dir", "_commit_hash")
+CHECKED_SUFFIXES = (".json", ".yaml", ".yml", ".md", ".txt", ".jinja")  # published text, checked for paths
 
 
 @dataclass
@@ -52,8 +36,8 @@ class PortableRunConfig:
     """A run config without local paths, and the data it names."""
 
     config: dict[str, Any]  # the run config, local folders left out, data files by name
-    train_sources: list[SourceFile]  # the training data files, as found when publishing
-    validation_sources: list[SourceFile]  # separate validation files (empty: split off the train files)
+    train_sources: list[SourceFile]  # the data files, as found when publishing
+    validation_sources: list[SourceFile]  # (empty: the validation text is split off the train files)
     dropped: list[str]  # dotted keys left out
     base_folder: str | None = None  # model.init_from's folder, published by its name only
 
@@ -68,7 +52,7 @@ class PortableRunConfig:
             header.append(f"#   validation: {describe_sources(self.validation_sources, limit=20)}")
         if self.base_folder is not None:
             header.append(
-                f"# model.init_from: the base model, a folder of the training machine, by its name "
+                "# model.init_from: the base model, a folder of the training machine, by its name "
                 f"({self.config['model']['init_from']})."
             )
         if self.dropped:
@@ -77,27 +61,7 @@ class PortableRunConfig:
                 "# (as a run config, this file gives them their defaults; the tokenizer is the one",
                 "# published beside it).",
             ]
-        body = yaml.safe_dump(self.config, sort_keys=False, allow_unicode=True)
-        return "\n".join(header) + "\n" + body
-
-
-def data_sources(entries: Iterable[str], exclude: Iterable[str] = ()) -> list[SourceFile]:
-    """Each data entry (file, folder or glob) as the files it names, by file name and size.
-
-    Relative entries are looked up from the current folder. An entry that names nothing any more
-    is listed by its last path part with an unknown size.
-    """
-    found: list[SourceFile] = []
-    for entry in entries:
-        try:
-            found += list_sources(resolve_files([str(entry)], "data", list(exclude)))
-        except MiniGPTUserError:
-            found.append(SourceFile(Path(str(entry)).name or str(entry), None))
-    return found
-
-
-def _is_path_like(value: Any) -> bool:
-    return isinstance(value, str) and (os.sep in value or value.endswith((".yaml", ".yml")))
+        return "\n".join(header) + "\n" + yaml.safe_dump(self.config, sort_keys=False, allow_unicode=True)
 
 
 def portable_run_config(run_config: dict[str, Any]) -> PortableRunConfig:
@@ -111,15 +75,19 @@ def portable_run_config(run_config: dict[str, Any]) -> PortableRunConfig:
     if folder is not None:  # a base model on this machine: by its folder's name (a repo id stays)
         config["model"]["init_from"] = model_folder_name(folder)
     hardware = config.get("hardware")
-    if isinstance(hardware, dict) and _is_path_like(hardware.get("profile")):
+    profile = hardware.get("profile") if isinstance(hardware, dict) else None
+    if isinstance(profile, str) and (os.sep in profile or profile.endswith((".yaml", ".yml"))):
         hardware.pop("profile")  # a profile file's values are already in the section
         dropped.append("hardware.profile")
-    sources: dict[str, list[SourceFile]] = {}
     data = config.get("data") if isinstance(config.get("data"), dict) else {}
-    for key in DATA_FILE_KEYS:
-        entries = data.get(key) or []
-        entries = [entries] if isinstance(entries, str) else list(entries)
-        sources[key] = data_sources(entries, data.get("exclude") or [])
+    sources = {}
+    for key in DATA_FILE_KEYS:  # each entry (file, folder or glob, from the current folder) as its files
+        entries, sources[key] = data.get(key) or [], []
+        for entry in [entries] if isinstance(entries, str) else entries:
+            try:
+                sources[key] += list_sources(resolve_files([str(entry)], "data", list(data.get("exclude") or [])))
+            except MiniGPTUserError:  # names nothing any more: by its last path part, size unknown
+                sources[key].append(SourceFile(Path(str(entry)).name or str(entry), None))
         if key in data:
             data[key] = [source.name for source in sources[key]]
     return PortableRunConfig(config, sources["train_files"], sources["validation_files"], dropped, folder)
@@ -139,7 +107,7 @@ def clean_json_text(text: str) -> str | None:
         record = json.loads(text)
     except json.JSONDecodeError:
         return None
-    if not isinstance(record, dict) or not any(key in record for key in LOADING_STATE_KEYS):
+    if not isinstance(record, dict) or not LOADING_STATE_KEYS & record.keys():
         return None
     cleaned = {key: value for key, value in record.items() if key not in LOADING_STATE_KEYS}
     return json.dumps(cleaned, indent=2, ensure_ascii=False) + "\n"
@@ -148,10 +116,7 @@ def clean_json_text(text: str) -> str | None:
 def local_paths(run_config: dict[str, Any] | None, repo_id: str, *folders: Path | None) -> set[str]:
     """The folders and files a run named, as given and absolute: none of them may be published
     (except one that reads like `repo_id`, which the card names on purpose)."""
-    names: set[str] = set()
-    for folder in folders:
-        if folder is not None:
-            names |= {str(folder), str(Path(folder).resolve())}
+    names = {name for folder in folders if folder is not None for name in (str(folder), str(Path(folder).resolve()))}
     for section, key in [*LOCAL_FOLDER_KEYS, *(("data", k) for k in DATA_FILE_KEYS)]:
         value = ((run_config or {}).get(section) or {}).get(key)
         for entry in [value] if isinstance(value, str) else value or []:
@@ -164,8 +129,7 @@ def local_paths(run_config: dict[str, Any] | None, repo_id: str, *folders: Path 
     return {
         name
         for name in names
-        if (len(Path(name).parts) > 2 or (os.sep in name and not Path(name).is_absolute()))
-        and name not in repo_id
+        if (len(Path(name).parts) > 2 or (os.sep in name and not Path(name).is_absolute())) and name not in repo_id
     }
 
 
@@ -180,12 +144,4 @@ def find_local_path(files: dict[str, Path], paths: set[str]) -> tuple[str, str] 
     return None
 
 
-__all__ = [
-    "PortableRunConfig",
-    "base_model_folder",
-    "clean_json_text",
-    "data_sources",
-    "find_local_path",
-    "local_paths",
-    "portable_run_config",
-]
+__all__ = ["PortableRunConfig", "clean_json_text", "find_local_path", "local_paths", "portable_run_config"]
