@@ -204,11 +204,13 @@ def test_accumulation_2_x_batch_4_equals_batch_8(tmp_path, tokenizer_dir, monkey
 
 
 def tiny_trainer(tmp_path, tokenizer_dir, *overrides):
+    from minigpt.data.sources import find_sources
     from minigpt.data.tokenizer import load_or_train_tokenizer
 
     run = smoke_run(tmp_path, tokenizer_dir, *overrides)
-    tokenizer = load_or_train_tokenizer(run.tokenizer, run.data)
-    data = prepare_run_data(run.data, tokenizer, seed=run.training.seed, eval_tokens=run.training.eval_tokens)
+    sources = find_sources(run.data)
+    tokenizer = load_or_train_tokenizer(run.tokenizer, sources)
+    data = prepare_run_data(sources, tokenizer, seed=run.training.seed, eval_tokens=run.training.eval_tokens)
     model = new_model(build_model_config(run.model, tokenizer), run)
     return build_trainer(run, training_arguments(run), model, tokenizer, data)
 

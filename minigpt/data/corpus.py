@@ -1,11 +1,10 @@
-"""From raw text to packed, cached blocks of `block_size` tokens (`datasets` all the way).
+"""From found `Sources` to packed, cached blocks of `block_size` tokens (`datasets` all the way).
 
-`prepare_corpus` loads the sources (`data_sources`), tokenizes them with `Dataset.map`, packs the
-token stream into blocks (`packing`) and caches the result under
-`<cache_dir>/blocks/<key>/`, where the key hashes every setting that changes the blocks, the
-tokenizer and the input files' bytes. A second run with the same key reuses the blocks
-(memory-mapped Arrow files, nothing re-read); any change prepares new ones. The folder appears
-whole or not at all (built in a staging folder, then renamed).
+`prepare_corpus` loads the raw text (`raw_corpus`), tokenizes it with `Dataset.map`, packs the token
+stream into blocks (`packing`) and caches them under `<cache_dir>/blocks/<key>/`, the key a hash of
+every setting that changes the blocks, the tokenizer and the sources' key. A second run with the
+same key reuses the blocks (memory-mapped Arrow, nothing re-read); the folder appears whole or not
+at all (built in a staging folder, then renamed).
 """
 
 from __future__ import annotations
@@ -36,8 +35,9 @@ from .packing import (
     tokenized_features,
     write_blocks,
 )
-from .settings import DataSettings, check_block_size
-from .sources import content_fingerprint, detect_format, load_raw_corpus, source_files
+from .raw_corpus import load_raw_corpus
+from .settings import check_block_size
+from .sources import Sources
 from .tokenizer import tokenizer_fingerprint
 
 if TYPE_CHECKING:
@@ -94,17 +94,16 @@ class PreparedCorpus:
         return "\n".join(lines)
 
 
-def cache_key(settings: DataSettings, tokenizer_id: str, inputs_id: str, fmt: str) -> str:
+def cache_key(sources: Sources, tokenizer_id: str) -> str:
     """Hash of what decides the blocks; not num_proc, batch_size, streaming, progress bars, how
-    training reads them (shift_blocks) or the report's sample (the report beside the blocks is
-    redone alone when that changes)."""
-    decisive = asdict(settings)
+    training reads them (shift_blocks) or the report's sample (the report is redone alone)."""
+    decisive = asdict(sources.settings)
     left_out = ("cache_dir", "num_proc", "batch_size", "streaming", "show_progress", "format", "shift_blocks")
     for key in (*left_out, "report_max_documents"):
         decisive.pop(key)
     if not decisive["dedup"]:  # off: the keys of blocks prepared before data.dedup existed
         decisive.pop("dedup")
-    decisive.update(format=fmt, tokenizer=tokenizer_id, inputs=inputs_id, version=CACHE_FORMAT_VERSION)
+    decisive.update(format=sources.train.format, tokenizer=tokenizer_id, inputs=sources.key, version=CACHE_FORMAT_VERSION)
     return hashlib.sha256(json.dumps(decisive, sort_keys=True).encode()).hexdigest()[:20]
 
 
@@ -147,36 +146,33 @@ def _single_threaded_tokenizers(active: bool) -> Iterator[None]:
 
 
 def prepare_corpus(
-    settings: DataSettings, tokenizer: PreTrainedTokenizerFast, max_position_embeddings: int | None = None
+    sources: Sources, tokenizer: PreTrainedTokenizerFast, max_position_embeddings: int | None = None
 ) -> PreparedCorpus:
-    """Packed, cached train/validation blocks of `settings.block_size` tokens for `tokenizer`.
+    """Packed, cached train/validation blocks of `data.block_size` tokens of `sources` for `tokenizer`.
 
     Raises `DataError`/`ConfigError` (one line) for unusable data or settings; leaves no partial
     cache behind. Pass the model's `max_position_embeddings` to check block_size against it early.
     """
-    settings.validate()
+    settings = sources.settings
     if max_position_embeddings is not None:
         check_block_size(settings.block_size, max_position_embeddings)
     if tokenizer.eos_token_id is None:
         raise ConfigError("the tokenizer has no eos_token; documents cannot be separated")
-    train_paths, validation_paths = source_files(settings)
-    fmt = detect_format(train_paths, settings.format)
-    known = settings.cache_dir  # digests of files not changed since a run before are not read again
-    inputs_id = content_fingerprint(train_paths, cache_dir=known) + content_fingerprint(validation_paths, cache_dir=known)
     tokenizer_id = tokenizer_fingerprint(tokenizer)
-    target = Path(settings.cache_dir) / "blocks" / cache_key(settings, tokenizer_id, inputs_id, fmt)
+    target = Path(settings.cache_dir) / "blocks" / cache_key(sources, tokenizer_id)
     if (target / META_FILE).is_file():
         if is_main_process():  # under `accelerate launch` the other processes load silently
             print(f"reusing prepared blocks in {target}")
         corpus = load_prepared(target)
-        corpus.report = read_report(target, settings) or _report_again(target, settings, corpus)
+        corpus.report = read_report(target, settings) or _report_again(target, sources, corpus)
         return corpus
     print(f"preparing blocks in {target}")
     with datasets_progress_bars(settings.show_progress), atomic_output_dir(target) as staging:
-        meta = _prepare_into(staging, settings, tokenizer)
+        meta = _prepare_into(staging, sources, tokenizer)
         # the sources by count and first name: a list of every file would grow with the corpus
-        meta.update(tokenizer_fingerprint=tokenizer_id, format=fmt, source_files=len(train_paths) + len(validation_paths))
-        meta.update(first_source=str(train_paths[0]))
+        files = sources.train.paths + (sources.validation.paths if sources.validation else [])
+        meta.update(tokenizer_fingerprint=tokenizer_id, format=sources.train.format, source_files=len(files))
+        meta.update(first_source=str(files[0]))
         (staging / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     corpus = load_prepared(target)
     corpus.reused = False
@@ -184,20 +180,21 @@ def prepare_corpus(
     return corpus
 
 
-def _report_again(target: Path, settings: DataSettings, corpus: PreparedCorpus) -> CorpusReport:
+def _report_again(target: Path, sources: Sources, corpus: PreparedCorpus) -> CorpusReport:
     """The report for cached blocks that have none, or one of another sample: the raw text compared
-    again (datasets' Arrow copy of it, not the sources) and the report saved beside the blocks."""
-    with datasets_progress_bars(settings.show_progress):
-        raw = load_raw_corpus(settings)
-    report = build_report(raw, settings, corpus.train_stats.tokens, corpus.validation_stats.tokens)
+    again (datasets' Arrow copy of it) and the report saved beside the blocks."""
+    with datasets_progress_bars(sources.settings.show_progress):
+        raw = load_raw_corpus(sources)
+    report = build_report(raw, sources.settings, corpus.train_stats.tokens, corpus.validation_stats.tokens)
     with atomic_write_file(target / REPORT_FILE) as handle:
         json.dump(report.to_dict(), handle, indent=2)
     return report
 
 
-def _prepare_into(staging: Path, settings: DataSettings, tokenizer: PreTrainedTokenizerFast) -> dict:
+def _prepare_into(staging: Path, sources: Sources, tokenizer: PreTrainedTokenizerFast) -> dict:
     """Tokenize and pack both splits into `staging`; return the meta record (stats per split)."""
-    raw = load_raw_corpus(settings)
+    settings = sources.settings
+    raw = load_raw_corpus(sources)
     backend = data_tokenizer(tokenizer)
     work = staging / "work"  # intermediate tokenized Arrow files, deleted before the rename
     work.mkdir()

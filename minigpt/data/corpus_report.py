@@ -27,9 +27,10 @@ from typing import Any
 import numpy as np
 
 from ..console import plural
-from .duplicates import PREFIX_CHARS, THRESHOLD, Copy, DuplicateIndex, join_documents
+from .duplicates import PREFIX_CHARS, THRESHOLD, Copy, DuplicateIndex, document_batches, join_documents
+from .raw_corpus import RawCorpus
 from .settings import DataSettings, seeded_unit
-from .sources import RawCorpus, RawSplit, arrow_batches, document_batches, row_bytes, size_columns
+from .text_rows import RawSplit, document_sizes
 
 REPORT_FILE = "corpus_report.json"  # beside the prepared blocks, and in a run's folder
 REPORT_VERSION = 1  # bump when the same corpus gives another report
@@ -59,7 +60,7 @@ class CorpusReport:
     duplicates: dict[str, Any]  # within training: compared (documents), exact, near (copies found)
     validation_in_train: dict[str, Any]  # validation documents: compared, exact, near (copies of training ones)
     sample: dict[str, Any]  # whole (bool: every document compared), max_documents, max_bytes, seed, version
-    dedup: dict[str, Any] | None = None  # what data.dedup removed before this (sources.RawCorpus.dedup)
+    dedup: dict[str, Any] | None = None  # what data.dedup removed before this (RawCorpus.dedup)
     plan: dict[str, Any] | None = None  # with_plan: tokens, parameters, epochs, tokens_per_parameter, rule_tokens_per_parameter
 
     def to_dict(self) -> dict[str, Any]:
@@ -178,7 +179,7 @@ def scan_corpus(raw: RawCorpus, settings: DataSettings) -> tuple[SplitScan, Spli
     sample = scan_settings(settings)
     picked: list[np.ndarray | None] = [None, None]  # None: every document of the split
     if settings.report_max_documents is not None:
-        documents = [_document_keys_and_bytes(split) for split in (raw.train, raw.validation)]
+        documents = [document_sizes(split) for split in (raw.train, raw.validation)]
         count = sum(len(keys) for keys, _ in documents)
         compared_bytes = sum(int(np.minimum(sizes, PREFIX_CHARS).sum()) for _, sizes in documents)  # as read
         p = min(1.0, settings.report_max_documents / max(count, 1), REPORT_MAX_BYTES / max(compared_bytes, 1))
@@ -199,23 +200,6 @@ def _count_copy(scan: SplitScan, copy: Copy | None) -> None:
     scan.compared += 1
     if copy is not None:
         setattr(scan, copy.kind, getattr(scan, copy.kind) + 1)
-
-
-def _document_keys_and_bytes(split: RawSplit) -> tuple[np.ndarray, np.ndarray]:
-    """Each document's key (its row, or a text file's index), sorted, and its bytes, from the rows'
-    sizes (not their text)."""
-    keys, sizes, start = [], [], 0
-    for table in arrow_batches(split.dataset, columns=size_columns(split.dataset)):
-        if "doc" in table.column_names:
-            keys.append(table.column("doc").to_numpy().astype(np.int64))
-        else:
-            keys.append(np.arange(start, start + table.num_rows))
-        sizes.append(row_bytes(table))
-        start += table.num_rows
-    if not keys:
-        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-    unique, inverse = np.unique(np.concatenate(keys), return_inverse=True)  # a text file's rows summed
-    return unique, np.bincount(inverse, weights=np.concatenate(sizes)).astype(np.int64)
 
 
 def build_report(

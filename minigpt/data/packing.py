@@ -21,12 +21,12 @@ from datasets.arrow_writer import ArrowWriter
 from tokenizers import Tokenizer
 from tqdm.auto import tqdm
 
-from .text_files import PIECE_CHARS
+from .text_rows import PIECE_CHARS
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast
 
-    from .sources import RawSplit
+    from .text_rows import RawSplit
 
 TOKEN_DTYPE = "int32"  # ids < 2**31; half the disk of int64. Python-list batches become int64 tensors
 PACK_BATCH_ROWS = 10_000  # tokenized rows sliced per step of the packing loop (views: no copy)

@@ -19,7 +19,7 @@ from typing import Any
 from huggingface_hub import EvalResult, ModelCardData
 from transformers import PreTrainedModel
 
-from ..data.provenance import SourceFile
+from ..data.sources import SourceFile
 
 # Keys training logs for the validation split (minigpt.training), in the order they are shown.
 EVAL_METRICS = {

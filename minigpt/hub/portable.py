@@ -20,8 +20,7 @@ from typing import Any
 
 import yaml
 
-from ..data.provenance import SourceFile, describe_sources, list_sources
-from ..data.sources import resolve_files
+from ..data.sources import SourceFile, describe_sources, list_sources
 from ..errors import MiniGPTUserError
 from ..run_layout import model_folder_name
 
@@ -90,7 +89,7 @@ def data_sources(entries: Iterable[str], exclude: Iterable[str] = ()) -> list[So
     found: list[SourceFile] = []
     for entry in entries:
         try:
-            found += list_sources(resolve_files([str(entry)], "data", list(exclude)))
+            found += list_sources([str(entry)], "data", list(exclude))
         except MiniGPTUserError:
             found.append(SourceFile(Path(str(entry)).name or str(entry), None))
     return found

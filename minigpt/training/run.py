@@ -46,6 +46,7 @@ from ..console import plural, transformers_progress_bars
 from ..data.chat_ready import fit_embeddings
 from ..data.compatibility import check_compatible
 from ..data.run_data import RunData, prepare_run_data
+from ..data.sources import Sources, find_sources
 from ..data.tokenizer import check_existing_tokenizer, load_or_train_tokenizer, load_tokenizer
 from ..distributed import is_main_process
 from ..errors import ConfigError
@@ -173,6 +174,7 @@ class RunStart:
     own_tokenizer: str  # <output_dir>/tokenizer: suggested when the one at tokenizer.path does not fit
     checkpoint: str | None = None  # the checkpoint a resume continues from; None for a new run
     finishing: bool = False  # the checkpoint is the run's last step: only its final model is missing
+    sources: Sources | None = None  # the data files, found, checked and fingerprinted once
     checked_tokenizer: str | None = None  # check_existing_tokenizer's answer (a run without a base)
     base: BaseModel | None = None  # the base model a new run starts from (model.init_from)
     base_tokenizer: PreTrainedTokenizerBase | None = None
@@ -187,10 +189,10 @@ def choose_start(run: RunConfig, resume: bool, main: bool) -> RunStart:
     Every check that can refuse the run comes before anything is written or removed.
     """
     output_dir = Path(run.training.output_dir)
-    start = RunStart(run, own_tokenizer=str(output_dir / "tokenizer"))
+    start = RunStart(run, own_tokenizer=str(output_dir / "tokenizer"), sources=find_sources(run.data))
     start.checkpoint = find_resume_checkpoint(output_dir) if resume else None
     if run.model.init_from is None:
-        start.checked_tokenizer = check_existing_tokenizer(run.tokenizer, run.data, new_path=start.own_tokenizer)
+        start.checked_tokenizer = check_existing_tokenizer(run.tokenizer, start.sources, new_path=start.own_tokenizer)
     elif start.checkpoint is not None:  # resuming a run that started from a base: its own checkpoint only
         start.run = adopt_saved_settings(run, start.checkpoint)
     else:  # a new run from a base: read it, and fit the config to it, before anything is written
@@ -229,14 +231,14 @@ def _tokenizer_and_data(start: RunStart, args: TrainingArguments) -> tuple[PreTr
     with args.main_process_first(local=False, desc="tokenizer and data"), args.main_process_first(desc="data"):
         if run.model.init_from is None:
             tokenizer = load_or_train_tokenizer(
-                run.tokenizer, run.data, new_path=start.own_tokenizer, checked=start.checked_tokenizer
+                run.tokenizer, start.sources, new_path=start.own_tokenizer, checked=start.checked_tokenizer
             )
         else:  # the base's tokenizer (a checkpoint carries the same one): the blocks are keyed by it
             tokenizer = start.base_tokenizer or load_tokenizer(start.checkpoint)
             if args.should_save:
                 print(f"tokenizer: the base model's ({run.model.init_from}), {len(tokenizer)} tokens", flush=True)
         data = prepare_run_data(
-            run.data,
+            start.sources,
             tokenizer,
             seed=run.training.seed,
             eval_tokens=run.training.eval_tokens,
