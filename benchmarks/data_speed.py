@@ -240,7 +240,7 @@ def first_training_step(job: DataJob) -> dict[str, Any]:
 def tokenizer_sample(job: DataJob) -> dict[str, Any]:
     """A tokenizer trained with the job's limits (tokenizer.train_max_bytes, doc_max_chars): seconds,
     the bytes it read, and the validation split's UTF-8 bytes per token (its text only, no EOS)."""
-    from minigpt.data.packing import data_tokenizer
+    from minigpt.data.corpus import data_tokenizer
     from minigpt.data.raw_corpus import load_raw_corpus
     from minigpt.data.sources import find_sources
     from minigpt.data.text_rows import arrow_batches

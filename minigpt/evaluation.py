@@ -1,7 +1,7 @@
 r"""Loss, perplexity and bits per byte of a model over a whole text, as lm-evaluation-harness scores it.
 
 The text is read and tokenized exactly as training's data pipeline does (`minigpt.data.raw_corpus`
-rows, `minigpt.data.packing.tokenize_batch`): training's token stream, each document's tokens
+rows, `minigpt.data.corpus.tokenize_batch`): training's token stream, each document's tokens
 followed by one end-of-text token (EOS). It is then scored in one of two ways.
 
 - **Documents** (the default), as lm-eval's `loglikelihood_rolling`: each document on its own,
@@ -45,7 +45,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .console import datasets_progress_bars, plural
-from .data.packing import data_tokenizer, tokenize_batch
+from .data.corpus import data_tokenizer, tokenize_batch
 from .data.raw_corpus import load_raw_corpus
 from .data.run_data import sample_indices
 from .data.settings import DataSettings

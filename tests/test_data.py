@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from conftest import child_env, load_script
 
-from minigpt.data import corpus, packing
+from minigpt.data import corpus
 from minigpt.data.compatibility import check_block_size, check_compatible
 from minigpt.data.corpus import prepare_corpus
 from minigpt.data.raw_corpus import iter_train_texts, load_raw_corpus
@@ -109,7 +109,7 @@ def test_packing_carries_across_batches(tmp_path, tokenizer):
 
 def test_write_blocks_remainder_is_counted(tmp_path):
     rows = datasets.Dataset.from_dict({"input_ids": [[1, 2, 3], [4, 5, 6, 7, 8], [9], [10, 11]]})
-    result = packing.write_blocks(rows, tmp_path / "b.arrow", block_size=4, show_progress=False)
+    result = corpus.write_blocks(rows, tmp_path / "b.arrow", block_size=4, show_progress=False)
     blocks = datasets.Dataset.from_file(str(tmp_path / "b.arrow"))
     assert blocks["input_ids"] == [[1, 2, 3, 4], [5, 6, 7, 8]]  # rows cross; [9, 10, 11] is the remainder
     assert (result.tokens, result.blocks, result.dropped_tokens) == (11, 2, 3)
@@ -246,7 +246,7 @@ def test_second_run_reuses_blocks_and_any_change_reprepares(tmp_path, tokenizer)
 
 def test_interrupted_preparation_leaves_nothing(tmp_path, tokenizer, monkeypatch):
     src = write(tmp_path / "a.txt", TEXT[:20_000])
-    real = packing.write_blocks
+    real = corpus.write_blocks
 
     def interrupted(tokenized, path, *args, **kwargs):
         if path.stem == "validation":

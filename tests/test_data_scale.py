@@ -292,7 +292,7 @@ def test_packing_copies_no_more_than_a_block_and_keeps_the_stream_whole(tmp_path
     import numpy as np
     import pyarrow as pa
 
-    from minigpt.data.packing import write_blocks
+    from minigpt.data.corpus import write_blocks
 
     rng = np.random.default_rng(0)
     lengths = rng.integers(0, 120, size=20_000)  # rows shorter and longer than a block, some empty

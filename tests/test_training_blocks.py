@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 from transformers import TrainerCallback, TrainerState
 
 from minigpt.data import run_data
-from minigpt.data.packing import block_features
+from minigpt.data.corpus import block_features
 from minigpt.data.run_data import TrainingBlocks, epoch_offset
 from minigpt.training.callbacks import EpochCallback
 from minigpt.training.interrupt import StopController

@@ -17,20 +17,21 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import datasets
 import numpy as np
 import torch
+from datasets.arrow_writer import ArrowWriter
+from torch.nn.utils.rnn import pad_sequence
 
 from ..atomic import atomic_output_dir
-from ..console import datasets_progress_bars
 from ..distributed import is_main_process
 from ..errors import ConfigError, DataError
 from .chat_template import ROLES
-from .corpus import PreparedCorpus, SplitStats, prepared_from_meta
+from .corpus import META_FILE, PreparedCorpus, SplitStats, load_prepared
 from .settings import check_block_size, seeded_unit
 from .sources import Sources
 from .token_bytes import IGNORE_INDEX
@@ -39,8 +40,7 @@ from .tokenizer import tokenizer_fingerprint
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
-CHAT_CACHE_VERSION = 1  # bump when the rows change for the same inputs
-META_FILE = "meta.json"
+CHAT_CACHE_VERSION = 2  # bump when the rows change for the same inputs (2: Arrow files, as blocks)
 FEATURES = datasets.Features(
     {
         "input_ids": datasets.Sequence(datasets.Value("int32")),  # (T,) T <= block_size
@@ -133,44 +133,34 @@ def check_chat_tokenizer(tokenizer: PreTrainedTokenizerBase) -> None:
         raise ConfigError("chat fine-tuning needs a fast tokenizer (assistant masks map characters to tokens)")
 
 
-def labelled(input_ids: list[int], assistant_mask: list[int]) -> list[int]:
-    """Labels: `input_ids` where the mask is 1, `IGNORE_INDEX` elsewhere."""
-    return [token if keep else IGNORE_INDEX for token, keep in zip(input_ids, assistant_mask, strict=True)]
-
-
-def _template(tokenizer: PreTrainedTokenizerBase, conversations: list[list[dict]]) -> tuple[list, list]:
-    out = tokenizer.apply_chat_template(
-        conversations, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
-    )
-    return out["input_ids"], out["assistant_masks"]
-
-
-def _shorter_forms(messages: list[dict]) -> list[list[dict]]:
-    """The conversation with 1, 2, ... whole exchanges dropped from the front (the leading system
-    lines kept), while an assistant reply is left. An exchange starts at a user message."""
-    first = next((i for i, m in enumerate(messages) if m["role"] != "system"), len(messages))
-    system = messages[:first]
-    starts = [i for i in range(first + 1, len(messages)) if messages[i]["role"] == "user"]
-    rests = [messages[start:] for start in starts]
-    return [system + rest for rest in rests if any(m["role"] == "assistant" for m in rest)]
+def _encoded(tokenizer: PreTrainedTokenizerBase, conversations: list[list[dict]]) -> list[tuple[list, list]]:
+    """Each conversation's ids and labels (the id in the assistant's tokens, else IGNORE_INDEX)."""
+    out = tokenizer.apply_chat_template(conversations, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+    return [
+        (ids, [t if keep else IGNORE_INDEX for t, keep in zip(ids, mask, strict=True)])
+        for ids, mask in zip(out["input_ids"], out["assistant_masks"], strict=True)
+    ]
 
 
 def _fit(tokenizer: PreTrainedTokenizerBase, conversation: Conversation, block_size: int, full: int) -> Encoded:
-    """A conversation of `full` tokens > block_size, made to fit (see the module's docstring)."""
-    shorter = _shorter_forms(conversation.messages)
-    for messages in shorter:
-        [ids], [mask] = _template(tokenizer, [messages])
+    """A conversation of `full` tokens > block_size, made to fit: whole exchanges (from a user message)
+    dropped from the front, the leading system lines kept, while an assistant reply is left; then the
+    last form's front cut."""
+    messages = conversation.messages
+    first = next((i for i, m in enumerate(messages) if m["role"] != "system"), len(messages))
+    rests = [messages[i:] for i in range(first + 1, len(messages)) if messages[i]["role"] == "user"]
+    shorter = [messages[:first] + rest for rest in rests if any(m["role"] == "assistant" for m in rest)]
+    for form in shorter or [messages]:
+        [(ids, labels)] = _encoded(tokenizer, [form])
         if len(ids) <= block_size:
-            return Encoded(ids, labelled(ids, mask), full - len(ids))
-    if not shorter:
-        [ids], [mask] = _template(tokenizer, [conversation.messages])
-    ids, mask = ids[-block_size:], mask[-block_size:]  # the last exchange alone is too long: cut its front
-    if not any(mask[1:]):  # position 0 is never predicted
+            return Encoded(ids, labels, full - len(ids))
+    ids, labels = ids[-block_size:], labels[-block_size:]  # the last exchange alone is too long: cut its front
+    if all(label == IGNORE_INDEX for label in labels[1:]):  # position 0 is never predicted
         raise DataError(
             f"{conversation.where}: {full} tokens, and its last data.block_size={block_size} hold none of the "
             "assistant's: nothing is left for the assistant (shorten it or raise data.block_size)"
         )
-    return Encoded(ids, labelled(ids, mask), full - len(ids))
+    return Encoded(ids, labels, full - len(ids))
 
 
 def encode_conversations(
@@ -180,69 +170,31 @@ def encode_conversations(
     assistant tokens fits)."""
     check_chat_tokenizer(tokenizer)
     encoded = []
-    # Conversations are cut to the context here, whole turns first: the tokenizer's own length
-    # check would only warn about the long ones before they are.
+    # cut to the context here, whole turns first: the tokenizer's own check would only warn
     saved_max_length, tokenizer.model_max_length = tokenizer.model_max_length, int(1e30)
     try:
         for first in range(0, len(conversations), batch):  # the template renders a batch in one call
             part = conversations[first : first + batch]
-            all_ids, all_masks = _template(tokenizer, [c.messages for c in part])
-            for conversation, ids, mask in zip(part, all_ids, all_masks, strict=True):
-                if len(ids) > block_size:
-                    encoded.append(_fit(tokenizer, conversation, block_size, len(ids)))
-                else:
-                    encoded.append(Encoded(ids, labelled(ids, mask), 0))
+            for conversation, (ids, labels) in zip(part, _encoded(tokenizer, [c.messages for c in part]), strict=True):
+                fits = len(ids) <= block_size
+                encoded.append(Encoded(ids, labels, 0) if fits else _fit(tokenizer, conversation, block_size, len(ids)))
     finally:
         tokenizer.model_max_length = saved_max_length
     return encoded
 
 
 class ChatCollator:
-    """`data_collator` for encoded conversations, padded on the right to the batch's longest (no
-    attention mask needed: attention is causal, and a pad's label is IGNORE_INDEX) (rows of `input_ids` and `labels` of any length)."""
+    """`data_collator` for encoded conversations: padded on the right to the batch's longest (no mask
+    needed: attention is causal, and a pad's label is IGNORE_INDEX)."""
 
     def __init__(self, pad_token_id: int) -> None:
         self.pad_token_id = pad_token_id
 
     def __call__(self, rows: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        longest = max(len(row["input_ids"]) for row in rows)
-        input_ids = torch.full((len(rows), longest), self.pad_token_id, dtype=torch.long)  # (B, T)
-        labels = torch.full((len(rows), longest), IGNORE_INDEX, dtype=torch.long)  # (B, T)
-        for i, row in enumerate(rows):
-            n = len(row["input_ids"])
-            input_ids[i, :n] = torch.as_tensor(row["input_ids"], dtype=torch.long)
-            labels[i, :n] = torch.as_tensor(row["labels"], dtype=torch.long)
-        return {"input_ids": input_ids, "labels": labels}
+        def padded(key: str, value: int) -> torch.Tensor:  # (B, T)
+            return pad_sequence([torch.as_tensor(row[key], dtype=torch.long) for row in rows], batch_first=True, padding_value=value)
 
-
-
-def chat_cache_key(sources: Sources, tokenizer_id: str, template: str) -> str:
-    """Hash of what decides the rows (the chat template too: the tokenizer's fingerprint leaves it out)."""
-    settings, split = sources.settings, sources.validation is None
-    decisive = {
-        "template": hashlib.sha256(template.encode()).hexdigest(),
-        "block_size": settings.block_size,
-        "validation_fraction": settings.validation_fraction if split else None,
-        "seed": settings.seed if split else None,
-        "tokenizer": tokenizer_id,
-        "inputs": sources.key,
-        "version": CHAT_CACHE_VERSION,
-    }
-    return hashlib.sha256(json.dumps(decisive, sort_keys=True).encode()).hexdigest()[:20]
-
-
-def _stats(conversations: list[Conversation], encoded: list[Encoded], tokenizer: PreTrainedTokenizerFast) -> SplitStats:
-    """documents: conversations; bytes: UTF-8 bytes of the assistant's tokens (what bits per byte
-    divides by); tokens: all tokens kept; blocks: rows (one per conversation)."""
-    scored = [t for e in encoded for t in e.labels if t != IGNORE_INDEX]
-    text = tokenizer.decode(scored, skip_special_tokens=True)
-    return SplitStats(
-        documents=len(conversations),
-        bytes=len(text.encode("utf-8")),
-        tokens=sum(len(e.input_ids) for e in encoded),
-        blocks=len(encoded),
-        dropped_tokens=sum(e.dropped_tokens for e in encoded),
-    )
+        return {"input_ids": padded("input_ids", self.pad_token_id), "labels": padded("labels", IGNORE_INDEX)}
 
 
 def prepare_chat_corpus(
@@ -254,20 +206,35 @@ def prepare_chat_corpus(
         check_block_size(settings.block_size, max_position_embeddings)
     check_chat_tokenizer(tokenizer)
     tokenizer_id = tokenizer_fingerprint(tokenizer)
-    target = Path(settings.cache_dir) / "chat" / chat_cache_key(sources, tokenizer_id, tokenizer.chat_template)
+    split = sources.validation is None
+    decisive = {  # the chat template too: the tokenizer's fingerprint leaves it out
+        "template": hashlib.sha256(tokenizer.chat_template.encode()).hexdigest(),
+        "block_size": settings.block_size,
+        "validation_fraction": settings.validation_fraction if split else None,
+        "seed": settings.seed if split else None,
+        "tokenizer": tokenizer_id,
+        "inputs": sources.key,
+        "version": CHAT_CACHE_VERSION,
+    }
+    target = Path(settings.cache_dir) / "chat" / hashlib.sha256(json.dumps(decisive, sort_keys=True).encode()).hexdigest()[:20]
     if (target / META_FILE).is_file():
         if is_main_process():
             print(f"reusing encoded conversations in {target}")
-        return load_chat_corpus(target)
+        return load_prepared(target)
     print(f"encoding conversations into {target}")
     train, validation = load_conversations(sources)  # every conversation checked before any is written
-    with datasets_progress_bars(False), atomic_output_dir(target) as staging:  # saving takes no time to watch
+    with atomic_output_dir(target) as staging:
         stats = {}
         for name, conversations in (("train", train), ("validation", validation)):
             encoded = encode_conversations(tokenizer, conversations, settings.block_size)
-            rows = {"input_ids": [e.input_ids for e in encoded], "labels": [e.labels for e in encoded]}
-            datasets.Dataset.from_dict(rows, features=FEATURES).save_to_disk(str(staging / name))
-            stats[name] = _stats(conversations, encoded, tokenizer).__dict__
+            writer = ArrowWriter(features=FEATURES, path=str(staging / f"{name}.arrow"))
+            writer.write_batch({"input_ids": [e.input_ids for e in encoded], "labels": [e.labels for e in encoded]})
+            writer.finalize()
+            # bytes: those of the assistant's tokens (what bits per byte divides by)
+            scored = [t for e in encoded for t in e.labels if t != IGNORE_INDEX]
+            text_bytes = len(tokenizer.decode(scored, skip_special_tokens=True).encode("utf-8"))
+            tokens, dropped = sum(len(e.input_ids) for e in encoded), sum(e.dropped_tokens for e in encoded)
+            stats[name] = asdict(SplitStats(len(conversations), text_bytes, tokens, len(encoded), dropped))
         meta = {
             "block_size": settings.block_size,
             "vocab_size": len(tokenizer),
@@ -277,14 +244,6 @@ def prepare_chat_corpus(
             "sources": [str(p) for p in sources.train.paths + (sources.validation.paths if sources.validation else [])],
         }
         (staging / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-    corpus = load_chat_corpus(target)
+    corpus = load_prepared(target)
     corpus.reused = False
     return corpus
-
-
-def load_chat_corpus(folder: str | Path) -> PreparedCorpus:
-    """Open a folder written by `prepare_chat_corpus` (memory-mapped)."""
-    folder = Path(folder)
-    meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
-    splits = {name: datasets.load_from_disk(str(folder / name)) for name in ("train", "validation")}
-    return prepared_from_meta(folder, meta, splits)

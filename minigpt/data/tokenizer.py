@@ -1,13 +1,9 @@
-"""A byte-level BPE tokenizer (`tokenizers`) as a `PreTrainedTokenizerFast`, trained on the train split
-of found `Sources` and saved with a record of what it was trained on, checked before it is reused.
-
-Byte-level BPE maps every UTF-8 byte to a token before merging: any string encodes without an
-unknown token and decodes back to itself (no normalizer, no prefix space, no clean-up of spaces).
-A train split over `tokenizer.train_max_bytes` is sampled: BPE keeps a count of every distinct word
-(at 10 GB hours and tens of GB of memory) while its merges settle long before (nanochat trains on
-2 B characters). Each row (a document, or a 64K piece of a text file) is kept when its seeded draw
-is under budget / (the split's bytes, each row counted up to `doc_max_chars`), so the sample spans
-every file; each kept row gives its first `doc_max_chars` characters, and the sample stops at the budget.
+"""A byte-level BPE tokenizer trained on the train split of found `Sources`, saved with a record of what
+it was trained on that is checked before it is reused. Byte-level BPE encodes any string and decodes
+it back exactly (no normalizer, no prefix space, no clean-up of spaces). A split over
+`tokenizer.train_max_bytes` is sampled (BPE counts every distinct word: hours and tens of GB at 10 GB,
+while its merges settle long before): each row is kept by a seeded draw, so the sample spans every
+file, and gives its first `doc_max_chars` characters, until the budget is read.
 """
 
 from __future__ import annotations
@@ -63,8 +59,7 @@ def train_tokenizer(
 
 
 def _in_daemon_thread(work: Callable[[], object]) -> None:
-    """Run `work` in a daemon thread and wait: training runs in Rust for minutes without returning to
-    Python, so a Ctrl-C would wait that long in the thread that called it."""
+    """Run `work` in a daemon thread and wait, so a Ctrl-C is not held up by minutes in Rust."""
     failure: list[BaseException] = []
 
     def target() -> None:
@@ -81,8 +76,7 @@ def _in_daemon_thread(work: Callable[[], object]) -> None:
 
 
 def wrap_tokenizer(tokenizer: Tokenizer, settings: TokenizerSettings) -> PreTrainedTokenizerFast:
-    """A `tokenizers.Tokenizer` with MiniGPT's special tokens as a transformers tokenizer (with
-    `settings.chat_tokens`, the chat template too)."""
+    """`tokenizer` with MiniGPT's special tokens (and chat template) as a transformers tokenizer."""
     wrapped = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
         eos_token=settings.eos_token,
@@ -103,8 +97,7 @@ def save_tokenizer(
     settings: TokenizerSettings | None = None,
     trained_on: TrainingData | None = None,
 ) -> Path:
-    """Save `tokenizer` to the folder `path` atomically; with `settings`, beside it the record of its
-    training settings (`TRAINING_RECORD`) and, with `trained_on`, of its data."""
+    """Save `tokenizer` to `path` atomically, with the record of its `settings` and data (`TRAINING_RECORD`)."""
     with atomic_output_dir(path) as staging:
         tokenizer.save_pretrained(staging)
         if settings is not None:
@@ -133,11 +126,8 @@ def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerFast) -> str:
     return digest.hexdigest()[:16]
 
 
-# ---- the text it trains on: the train split, or a sample of it ------------------------------------
-
-
 def sample_plan(settings: TokenizerSettings, split_bytes: int, seed: int) -> dict[str, int] | None:
-    """How a train split of `split_bytes` is sampled (max_bytes, doc_max_chars, seed), or None: read whole."""
+    """How a train split of `split_bytes` is sampled, or None: read whole."""
     if not settings.train_max_bytes or split_bytes <= settings.train_max_bytes:
         return None
     return {"max_bytes": settings.train_max_bytes, "doc_max_chars": settings.doc_max_chars, "seed": seed}
@@ -156,7 +146,6 @@ class TrainingText:
     texts: Iterator[str] = field(default_factory=lambda: iter(()))
 
     def describe(self) -> str:
-        """The split, or the sample of it, in words (before training: the sample's budget)."""
         if self.plan is None:
             return self.split.describe()
         cap = f", at most {self.plan['doc_max_chars']:,} characters of each" if self.plan["doc_max_chars"] else ""
@@ -167,7 +156,6 @@ class TrainingText:
         )
 
     def record(self) -> dict[str, Any] | None:
-        """What the tokenizer's record keeps of a sample: the plan, and the bytes and rows read."""
         return None if self.plan is None else {**self.plan, "bytes": self.bytes_read, "rows": self.rows_read}
 
 
@@ -218,9 +206,6 @@ def _counted(text: TrainingText, dataset, cap: int) -> Iterator[str]:
                 return
 
 
-# ---- what it was trained on: recorded, checked before reuse ---------------------------------------
-
-
 def split_settings(data: DataSettings, fmt: str, num_files: int = 1) -> dict[str, Any]:
     """The settings that decide which text the training split holds, and nothing else."""
     decisive: dict[str, Any] = {"format": fmt}
@@ -250,9 +235,8 @@ class TrainingData:
 
     @classmethod
     def of(cls, sources: Sources, train_bytes: int | None = None, sample: dict | None = None) -> TrainingData:
-        train = sources.train
-        split = split_settings(sources.settings, train.format, len(train.paths))
-        return cls(train.files, train.fingerprint, split, train_bytes, sample)
+        split = split_settings(sources.settings, sources.train.format, len(sources.train.paths))
+        return cls(sources.train.files, sources.train.fingerprint, split, train_bytes, sample)
 
     def to_dict(self) -> dict[str, Any]:
         record = asdict(self)
@@ -262,13 +246,7 @@ class TrainingData:
 
     @classmethod
     def from_dict(cls, record: dict[str, Any]) -> TrainingData:
-        return cls(
-            files=[SourceFile(str(f["name"]), int(f["bytes"])) for f in record.get("files", [])],
-            fingerprint=str(record.get("fingerprint", "")),
-            split=dict(record.get("split") or {}),
-            train_bytes=record.get("train_bytes"),
-            sample=record.get("sample"),
-        )
+        return cls(**{**record, "files": [SourceFile(**f) for f in record["files"]]})
 
     def describe(self) -> str:
         """`tinyshakespeare.txt (1,115,394 bytes), train split 1,003,856 bytes`."""
