@@ -35,8 +35,7 @@ def main(argv: list[str] | None = None) -> int:
 
     sources = find_sources(run.data)  # a bad file is one line here, before anything heavy is imported
 
-    from minigpt.data.compatibility import check_compatible
-    from minigpt.data.corpus import prepare_corpus
+    from minigpt.data.corpus import check_compatible, prepare_corpus
     from minigpt.data.tokenizer import load_or_train_tokenizer
 
     max_positions = run.model.max_position_embeddings

@@ -14,10 +14,9 @@ import pytest
 from conftest import child_env, load_script
 
 from minigpt.data import corpus
-from minigpt.data.compatibility import check_block_size, check_compatible
-from minigpt.data.corpus import prepare_corpus
+from minigpt.data.corpus import check_compatible, prepare_corpus
 from minigpt.data.raw_corpus import iter_train_texts, load_raw_corpus
-from minigpt.data.settings import DataSettings, TokenizerSettings
+from minigpt.data.settings import DataSettings, TokenizerSettings, check_block_size
 from minigpt.data.sources import find_sources
 from minigpt.data.text_rows import iter_texts
 from minigpt.data.tokenizer import train_tokenizer

@@ -230,6 +230,41 @@ def load_prepared(folder: str | Path) -> PreparedCorpus:
     return PreparedCorpus(*splits.values(), *stats.values(), *(meta[k] for k in keys), cache_dir=folder)
 
 
+def check_compatible(
+    tokenizer: PreTrainedTokenizerFast,
+    vocab_size: int,
+    *,
+    max_position_embeddings: int | None = None,
+    bos_token_id: int | None = None,
+    eos_token_id: int | None = None,
+    pad_token_id: int | None = None,
+    corpus: PreparedCorpus | None = None,
+    allow_larger_vocab: bool = False,
+) -> None:
+    """A one-line `ConfigError` unless the tokenizer, the model config's values (`vocab_size`, the
+    ids not None) and the prepared corpus agree: a smaller embedding crashes mid-run, other special ids
+    generate and pad wrongly, blocks of another tokenizer mean other text. The model's vocabulary may
+    exceed `len(tokenizer)` only with `allow_larger_vocab` (an embedding padded for speed, say)."""
+    size = len(tokenizer)  # includes added special tokens, unlike tokenizer.vocab_size
+    if vocab_size < size or (vocab_size > size and not allow_larger_vocab):
+        raise ConfigError(f"the model's vocab_size is {vocab_size} but the tokenizer has {size} tokens")
+    for name, model_id in (("bos", bos_token_id), ("eos", eos_token_id), ("pad", pad_token_id)):
+        token_id = getattr(tokenizer, f"{name}_token_id")
+        if model_id is not None and model_id != token_id:
+            raise ConfigError(f"the model's {name}_token_id is {model_id} but the tokenizer's is {token_id}")
+    if corpus is None:
+        return
+    if corpus.tokenizer_fingerprint != tokenizer_fingerprint(tokenizer):
+        raise ConfigError(f"the prepared blocks in {corpus.cache_dir} were tokenized by another tokenizer; prepare the data again")
+    if corpus.vocab_size != size or corpus.eos_token_id != tokenizer.eos_token_id:
+        raise ConfigError(
+            f"the prepared blocks in {corpus.cache_dir} use vocab {corpus.vocab_size} and eos id "
+            f"{corpus.eos_token_id}, the tokenizer {size} and {tokenizer.eos_token_id}"
+        )
+    if max_position_embeddings is not None:
+        check_block_size(corpus.block_size, max_position_embeddings)
+
+
 # ---- tokenizing and packing ----------------------------------------------------------------------
 
 

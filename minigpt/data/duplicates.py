@@ -40,39 +40,16 @@ DEDUP_VERSION = 1  # bump when data.dedup removes other documents from the same 
 _said: set[str] = set()  # lines said once per process (a run loads its corpus for the tokenizer, then the blocks)
 
 
-def normalized_digest(text: str) -> bytes:
-    """16 bytes identifying `text` up to its whitespace."""
-    return hashlib.blake2b(" ".join(text.split()).encode("utf-8"), digest_size=16).digest()
-
-
-def word_shingles(text: str) -> set[bytes]:
-    """The document's word 5-grams (UTF-8, words split at ASCII whitespace); a document of fewer
-    words is one shingle of them all, an empty one has none."""
-    words = text.encode("utf-8").split()
-    if len(words) < SHINGLE_WORDS:
-        return {b" ".join(words)} if words else set()
-    # the i-th word of each shingle; the shorter lists end the zip where the last shingle ends
-    return set(map(b" ".join, zip(*(words[i:] for i in range(SHINGLE_WORDS)), strict=False)))
-
-
 @functools.cache
 def _prototype() -> MinHash:
-    """An empty MinHash whose copies every document gets: its permutations, drawn from MINHASH_SEED,
-    are drawn once rather than per document. The shingles' 32-bit hash is CRC-32 (C speed; datasketch
-    2 premixes it with MurmurHash3's finalizer before permuting) instead of SHA-1, at half the time."""
+    """The empty MinHash every document's is copied from: its permutations are drawn once (from
+    MINHASH_SEED), and the shingles' 32-bit hash is CRC-32 (C speed) rather than SHA-1, at half the time."""
     return MinHash(num_perm=NUM_PERM, seed=MINHASH_SEED, hashfunc=zlib.crc32)
 
 
-def minhash(text: str) -> MinHash:
-    """datasketch's MinHash of `text`'s word 5-grams."""
-    signature = _prototype().copy()
-    signature.update_batch(word_shingles(text))
-    return signature
-
-
 def minhash_scheme() -> str:
-    """datasketch's permutation scheme ("affine32" from datasketch 2, "legacy" before): signatures
-    of one scheme differ from the other's, so what dedup removed is cached per scheme."""
+    """datasketch's permutation scheme ("affine32" from datasketch 2, "legacy" before): dedup's
+    cached decisions are kept per scheme."""
     return getattr(_prototype(), "scheme", "legacy")
 
 
@@ -127,10 +104,13 @@ class DuplicateIndex:
     def match(self, document: Document, add: bool = True) -> Copy | None:
         """The document `document` copies, or None; `add`: remember a document that copies none (a
         copy is not remembered: its original stands for it)."""
-        digest = normalized_digest(document.text)
+        digest = hashlib.blake2b(" ".join(document.text.split()).encode(), digest_size=16).digest()  # up to whitespace
         if digest in self._digests:
             return Copy("exact", self._digests[digest])
-        signature = minhash(document.text)
+        words = document.text.encode().split()  # its word 5-grams; fewer words: one shingle of them all
+        shingles = {b" ".join(words[i : i + SHINGLE_WORDS]) for i in range(max(1, len(words) - SHINGLE_WORDS + 1))}
+        signature = _prototype().copy()
+        signature.update_batch(shingles if words else set())
         original = self._near(signature)
         if original is not None:
             return Copy("near", original)

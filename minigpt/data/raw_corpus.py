@@ -1,10 +1,6 @@
-"""The raw train and validation text of found `Sources`: loaded with `datasets`, checked, deduplicated
-(`data.dedup`) and split.
-
-A text FILE is one document (`text_rows`); JSON lines, parquet and `save_to_disk` sources hold one
-document per row, read from `data.text_field`. The tail split cuts the last bytes off at a line end;
-the random split draws whole documents by a seeded hash of their index.
-"""
+"""The raw train and validation text of `Sources`: loaded with `datasets`, checked, deduplicated and
+split. A text file is one document (`text_rows`); JSON lines, parquet and `save_to_disk` rows are one
+each. The tail split cuts off the last bytes at a line end; the random split draws whole documents."""
 
 from __future__ import annotations
 
@@ -91,7 +87,7 @@ def _offline() -> Iterator[None]:
 
 
 def _load(source: SourceList, settings: DataSettings, role: str) -> RawSplit:
-    """`source` as rows of a `text` column (text files: `text_rows`' rows), checked to be text."""
+    """`source` as rows of a `text` column, checked to be text."""
     paths, fmt = source.paths, source.format
     names = ", ".join(str(p) for p in paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
     # from 16 files on, datasets draws a "Downloading data" bar for local paths: no work to watch
@@ -154,8 +150,7 @@ def _text_field(dataset, field: str, role: str, names: str):
 
 
 def _checked_text_rows(dataset, paths: list[Path], settings: DataSettings, role: str) -> RawSplit:
-    """Text files' rows counted, each file checked for undecodable text, from the counts taken as
-    they were read: no pass over the text."""
+    """Text files' rows counted and each file checked, from the counts taken as they were read."""
     chars = np.zeros(len(paths), dtype=np.int64)
     invalid = np.zeros(len(paths), dtype=np.int64)
     rows = total = 0
@@ -173,7 +168,7 @@ def _checked_text_rows(dataset, paths: list[Path], settings: DataSettings, role:
 
 
 def _checked_documents(dataset, paths: list[Path], settings: DataSettings, role: str) -> RawSplit:
-    """Rows and bytes of a source of documents counted; mostly undecodable text refused."""
+    """A source of documents counted; mostly undecodable text refused."""
     rows = size = chars = invalid = 0
     for table in arrow_batches(dataset):
         column = table.column("text")
@@ -196,8 +191,8 @@ def _row_range(dataset, start: int, stop: int):
 
 def _tail_cut(loaded: RawSplit, fraction: float) -> tuple[int, dict | None, dict | None]:
     """Where the tail split cuts: (row, head, tail). Rows before `row` go to train, after it to
-    validation; `row` itself is cut at the first line end at or after (1 - fraction) of the bytes
-    into `head` (train) and `tail` (validation), or goes whole to train (head and tail None)."""
+    validation; `row` is cut at the first line end at or after (1 - fraction) of the bytes into `head`
+    and `tail`, or goes whole to train (None, None)."""
     target = loaded.bytes * (1.0 - fraction)
     seen = row = 0
     for table in arrow_batches(loaded.dataset, columns=size_columns(loaded.dataset)):

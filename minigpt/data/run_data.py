@@ -1,17 +1,13 @@
-"""What the data stage hands to training, whatever the data's format: `prepare_run_data` -> `RunData`.
+"""What the data stage hands to training, whatever the data's format: `prepare_run_data` -> `RunData`:
+the training rows (`TrainingBlocks`, or encoded conversations), the validation rows evaluations read
+(`validation_sample`), the collator, each token's bytes (bits per byte), the ids generation stops
+at, prompts from the validation split (`corpus_prompts`) and the lines a run prints.
 
-The training set as training reads it (`TrainingBlocks`: packed blocks, zero-copy, maybe shifted
-each epoch; or encoded conversations), the validation rows every evaluation reads
-(`validation_sample`), the collator, each token's UTF-8 bytes (bits per byte), the ids generation
-stops at, prompts from the validation split (`corpus_prompts`) and the lines a run prints.
-
-Packing cuts the token stream into fixed blocks once, so every epoch would show the same windows.
-With `data.shift_blocks` epoch e reads the stream from an offset in [0, block_size) drawn from
-(seed, e) (epoch 0: the packed blocks): block i is the last block_size - offset tokens of packed
-block i and the first offset tokens of block i + 1, so every epoch has len(blocks) - 1 blocks and a
-resumed run reads the same windows. `training.eval_tokens` caps what an evaluation reads: a larger
-split is evaluated on eval_tokens // block_size blocks drawn with `data.seed`, the same blocks at
-every evaluation, in every process and in runs that differ only in `training.seed`.
+With `data.shift_blocks` epoch e reads the token stream from an offset in [0, block_size) drawn from
+(seed, e) (epoch 0: the packed blocks), so epochs see other windows; every epoch has len(blocks) - 1
+blocks and a resumed run reads the same ones. `training.eval_tokens` caps an evaluation: a larger
+split is read as eval_tokens // block_size blocks drawn with `data.seed`, the same at every
+evaluation, in every process, and in runs that differ only in `training.seed`.
 """
 
 from __future__ import annotations
@@ -43,13 +39,10 @@ def epoch_offset(seed: int, epoch: int, block_size: int) -> int:
 
 
 class TrainingBlocks(torch.utils.data.Dataset):
-    """A packed training split read from zero-copy views of its memory-mapped Arrow file (nothing is
-    loaded before it is read: a corpus larger than memory stays on disk); with `shift`, at
-    `epoch_offset(seed, epoch)`. Items: {"input_ids": (block_size,) int64, "labels": the same tensor}.
-
-    Not `set_epoch`: accelerate would call that too, in one process and not under several, so the
-    offset has one setter (`start_epoch`, from training's epoch callback) whatever the launch.
-    """
+    """A packed training split read from zero-copy views of its memory-mapped Arrow file (a corpus
+    larger than memory stays on disk); with `shift`, from `epoch_offset(seed, epoch)`. Items:
+    {"input_ids": (block_size,) int64, "labels": the same tensor}. The offset's one setter is
+    `start_epoch`, not `set_epoch`, which accelerate calls in one process and not under several."""
 
     def __init__(self, blocks: datasets.Dataset, seed: int, shift: bool) -> None:
         if shift and len(blocks) < 2:

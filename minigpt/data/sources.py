@@ -1,10 +1,7 @@
-"""The data files a run names, found, checked and fingerprinted once: `find_sources` -> `Sources`.
-
-The tokenizer (training and its reuse check), the Arrow copy of the text, the blocks' cache key, the
-corpus report and conversations all receive the `Sources` and find or fingerprint nothing again.
-Standard library only: a missing, empty or non-UTF-8 file is one `error:` line before `datasets`,
-tokenizers or torch are imported.
-"""
+"""The data files a run names, found, checked and fingerprinted once: `find_sources` -> `Sources`, which
+the tokenizer (and its reuse check), the Arrow copy of the text, the blocks' cache key, the corpus
+report and conversations receive. Standard library only: a missing, empty or non-UTF-8 file is one
+`error:` line before `datasets`, tokenizers or torch are imported."""
 
 from __future__ import annotations
 
@@ -12,9 +9,10 @@ import codecs
 import fnmatch
 import glob
 import hashlib
+import itertools
 import os
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,7 +57,7 @@ def describe_sources(sources: list[SourceFile], limit: int = 3) -> str:
 
 @dataclass(frozen=True)
 class SourceList:
-    """The files of one split as found."""
+    """The files of one split."""
 
     paths: list[Path]
     files: list[SourceFile]  # the same files by name and size
@@ -114,7 +112,7 @@ def _source_list(entries: list[str], role: str, settings: DataSettings) -> Sourc
 
 
 def _members(path: Path) -> list[Path]:
-    """`path` itself, or every file of a `save_to_disk` folder, in a stable order."""
+    """`path`, or every file of a `save_to_disk` folder, in a stable order."""
     return sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
 
 
@@ -163,7 +161,7 @@ def resolve_files(entries: str | list[str], role: str, exclude: Sequence[str] = 
     for entry in [entries] if isinstance(entries, str) else entries:
         path = Path(entry).expanduser()
         if any(char in entry for char in "*?["):
-            base = Path(*_until_magic(path.parts))  # the folder before the first wildcard
+            base = Path(*itertools.takewhile(lambda part: not glob.has_magic(part), path.parts))  # before the wildcard
             matches = [Path(p) for p in sorted(glob.glob(str(path), recursive=True)) if Path(p).is_file()]
             matches = [p for p in matches if not _excluded(p, exclude)]
             if not matches:
@@ -202,19 +200,13 @@ def list_sources(entries: list[str], role: str, exclude: Sequence[str] = ()) -> 
     ]
 
 
-def _until_magic(parts: tuple[str, ...]) -> Iterator[str]:
-    for part in parts:
-        if glob.has_magic(part):
-            return
-        yield part
-
-
 def _folder_files(root: Path, exclude: Sequence[str]) -> tuple[list[str], Counter]:
     """The text files of the folder `root` (paths relative to it, in `Path` order) and how many
     others were skipped, by reason."""
     skipped: Counter = Counter()
     files = []
-    for parts in sorted(_walk(str(root), ())):  # tuples of parts: the order of sorted Paths
+    # tuples of parts, sorted: the order of sorted Paths (links to folders are not followed, as rglob)
+    for parts in sorted((*Path(os.path.relpath(d, root)).parts, name) for d, _, names in os.walk(root) for name in names):
         relative = "/".join(parts)
         reason = _skip_reason(parts, exclude)
         if reason is None:
@@ -227,24 +219,6 @@ def _folder_files(root: Path, exclude: Sequence[str]) -> tuple[list[str], Counte
         else:
             skipped[reason] += 1
     return files, skipped
-
-
-def _walk(folder: str, parents: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
-    """The regular files (or links to one) under `folder` as tuples of path parts below it; links
-    to folders are not followed (as `Path.rglob`)."""
-    try:
-        with os.scandir(folder) as listing:
-            entries = list(listing)
-    except PermissionError:
-        return
-    for entry in entries:
-        try:
-            if entry.is_dir(follow_symlinks=False):
-                yield from _walk(entry.path, (*parents, entry.name))
-            elif entry.is_file():
-                yield (*parents, entry.name)
-        except OSError:
-            continue
 
 
 def _skip_reason(parts: tuple[str, ...], exclude: Sequence[str]) -> str | None:

@@ -1,12 +1,10 @@
 """Raw text as rows of `datasets`, and reading them back in Arrow batches.
 
-One row per line (`datasets`' "text" loader) makes millions of rows and one row per file reads a
-10 GB file into one string, so text files are read here into rows of up to PIECE_CHARS characters,
-cut after a line end (a longer line is cut inside). Joined in order the rows give back each file
-(universal newlines, as a text-mode read; undecodable bytes become U+FFFD). Each row carries what
-the checks and the split need, counted as it is read: its document (file index), whether it ends
-it, its UTF-8 bytes, characters and undecodable or NUL characters. JSON lines, parquet and
-`save_to_disk` rows are whole documents with a `text` column only.
+`datasets`' text loader makes a row per line (millions) or per file (a 10 GB string), so text files
+are read here into rows of up to PIECE_CHARS characters cut after a line end; joined in order they
+give back each file (universal newlines; undecodable bytes become U+FFFD). Each row carries, counted
+as it is read, its document (file index), whether it ends it, its bytes, characters and undecodable
+or NUL characters. Rows of JSON lines, parquet and `save_to_disk` are documents with a `text` column.
 """
 
 from __future__ import annotations
@@ -103,8 +101,7 @@ class RawSplit:
 
 
 def counted(name: str, dataset: datasets.Dataset | datasets.IterableDataset) -> RawSplit:
-    """`dataset` as a split: its rows, bytes and documents with text counted from the rows' sizes (text
-    files' rows by their `doc` column: a file's rows are consecutive)."""
+    """`dataset` as a split, its rows, bytes and documents counted from the rows' sizes."""
     rows = size = documents = 0
     last_doc = -1
     for table in arrow_batches(dataset, columns=size_columns(dataset)):
@@ -158,7 +155,7 @@ def size_columns(dataset: datasets.Dataset | datasets.IterableDataset) -> list[s
 
 
 def document_sizes(split: RawSplit) -> tuple[np.ndarray, np.ndarray]:
-    """Each document's key (its row, or a text file's index), sorted, and its bytes, from the sizes."""
+    """Each document's key (its row, or a text file's index), sorted, and its bytes."""
     keys, sizes, start = [], [], 0
     for table in arrow_batches(split.dataset, columns=size_columns(split.dataset)):
         keys.append(numbers(table, "doc") if "doc" in table.column_names else np.arange(start, start + table.num_rows))

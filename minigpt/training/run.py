@@ -44,7 +44,7 @@ from transformers.trainer_callback import ProgressCallback
 from ..atomic import atomic_output_dir, atomic_write_file
 from ..console import plural, transformers_progress_bars
 from ..data.chat_ready import fit_embeddings
-from ..data.compatibility import check_compatible
+from ..data.corpus import check_compatible
 from ..data.run_data import RunData, prepare_run_data
 from ..data.sources import Sources, find_sources
 from ..data.tokenizer import check_existing_tokenizer, load_or_train_tokenizer, load_tokenizer
