@@ -16,6 +16,7 @@ import torch
 
 from benchmarks.gpt2_twin import gpt2_twin_config
 from minigpt.data.corpus import PreparedCorpus, prepare_corpus
+from minigpt.data.sources import find_sources
 from minigpt.data.tokenizer import load_or_train_tokenizer
 from minigpt.pipeline import run_training
 from minigpt.training.hardware import training_dtype
@@ -55,10 +56,9 @@ def training_path(run: RunConfig) -> Train:
 
 def load_blocks(run: RunConfig):
     """The run's tokenizer and prepared corpus (trained and prepared on first use, then cached)."""
-    tokenizer = load_or_train_tokenizer(run.tokenizer, run.data)
-    corpus: PreparedCorpus = prepare_corpus(
-        run.data, tokenizer, max_position_embeddings=run.model.max_position_embeddings
-    )
+    sources = find_sources(run.data)
+    tokenizer = load_or_train_tokenizer(run.tokenizer, sources)
+    corpus: PreparedCorpus = prepare_corpus(sources, tokenizer, max_position_embeddings=run.model.max_position_embeddings)
     return tokenizer, corpus
 
 

@@ -88,15 +88,17 @@ class DataJob:
 
 
 def _pipeline_rows(job: DataJob):
-    """The texts the pipeline tokenizes, in order: text files' rows (`text_files`), or documents."""
+    """The texts the pipeline tokenizes, in order: text files' rows (`text_rows`), or documents."""
     from minigpt.data.sources import detect_format
-    from minigpt.data.text_files import read_text_rows
+    from minigpt.data.text_rows import read_text_rows
 
     if detect_format([Path(f) for f in job.files], job.data.format) == "text":
         return (row["text"] for row in read_text_rows(list(enumerate(job.files))))
-    from minigpt.data.sources import iter_texts, load_raw_corpus
+    from minigpt.data.raw_corpus import load_raw_corpus
+    from minigpt.data.sources import find_sources
+    from minigpt.data.text_rows import iter_texts
 
-    corpus = load_raw_corpus(job.data)
+    corpus = load_raw_corpus(find_sources(job.data))
     return itertools.chain(iter_texts(corpus.train), iter_texts(corpus.validation))
 
 
@@ -131,11 +133,12 @@ def train_bpe_raw(job: DataJob) -> dict[str, Any]:
 def prepare_blocks(job: DataJob) -> dict[str, Any]:
     """`prepare_corpus` into the job's cache: cold in an empty one, reusing the blocks otherwise."""
     from minigpt.data.corpus import prepare_corpus  # imports datasets: before the clock starts
+    from minigpt.data.sources import find_sources
     from minigpt.data.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(job.tokenizer_dir)
     start = time.perf_counter()
-    corpus = prepare_corpus(job.data, tokenizer)
+    corpus = prepare_corpus(find_sources(job.data), tokenizer)
     seconds = time.perf_counter() - start
     tokens = corpus.train_stats.tokens + corpus.validation_stats.tokens
     return {"seconds": seconds, "tokens": tokens, "reused": corpus.reused}
@@ -145,6 +148,7 @@ def train_then_prepare(job: DataJob) -> dict[str, Any]:
     """The project's first run: a tokenizer trained on the train split (or its sample) in a new
     folder, then the blocks, in a cache of its own (`<cache_dir>-cold`)."""
     from minigpt.data.corpus import prepare_corpus
+    from minigpt.data.sources import find_sources
     from minigpt.data.tokenizer import load_or_train_tokenizer
 
     folder = job.tokenizer_dir + "-cold"
@@ -152,9 +156,10 @@ def train_then_prepare(job: DataJob) -> dict[str, Any]:
     data = dataclasses.replace(job.data, cache_dir=job.data.cache_dir + "-cold")
     shutil.rmtree(data.cache_dir, ignore_errors=True)
     start = time.perf_counter()
-    tokenizer = load_or_train_tokenizer(job.tokenizer_settings(folder), data)
+    sources = find_sources(data)
+    tokenizer = load_or_train_tokenizer(job.tokenizer_settings(folder), sources)
     trained = time.perf_counter()
-    corpus = prepare_corpus(data, tokenizer)
+    corpus = prepare_corpus(sources, tokenizer)
     seconds = time.perf_counter() - start
     shutil.rmtree(data.cache_dir, ignore_errors=True)
     tokens = corpus.train_stats.tokens + corpus.validation_stats.tokens
@@ -235,17 +240,20 @@ def first_training_step(job: DataJob) -> dict[str, Any]:
 def tokenizer_sample(job: DataJob) -> dict[str, Any]:
     """A tokenizer trained with the job's limits (tokenizer.train_max_bytes, doc_max_chars): seconds,
     the bytes it read, and the validation split's UTF-8 bytes per token (its text only, no EOS)."""
-    from minigpt.data.packing import data_tokenizer
-    from minigpt.data.sources import arrow_batches, load_raw_corpus
+    from minigpt.data.corpus import data_tokenizer
+    from minigpt.data.raw_corpus import load_raw_corpus
+    from minigpt.data.sources import find_sources
+    from minigpt.data.text_rows import arrow_batches
     from minigpt.data.tokenizer import load_or_train_tokenizer, read_training_record
 
     folder = job.tokenizer_dir
     shutil.rmtree(folder, ignore_errors=True)
     start = time.perf_counter()
-    tokenizer = load_or_train_tokenizer(job.tokenizer_settings(folder), job.data)
+    sources = find_sources(job.data)
+    tokenizer = load_or_train_tokenizer(job.tokenizer_settings(folder), sources)
     seconds = time.perf_counter() - start
     trained_on = read_training_record(folder)["trained_on"]
-    validation = load_raw_corpus(job.data).validation
+    validation = load_raw_corpus(sources).validation
     backend, tokens = data_tokenizer(tokenizer), 0
     for table in arrow_batches(validation.dataset, batch_rows=RAW_BATCH_ROWS, columns=["text"]):
         tokens += sum(len(e.ids) for e in backend.encode_batch_fast(table.column("text").to_pylist()))
@@ -262,10 +270,11 @@ def tokenizer_sample(job: DataJob) -> dict[str, Any]:
 
 def load_corpus(job: DataJob) -> dict[str, Any]:
     """`load_raw_corpus`: the sources read into datasets' Arrow copy (the first time), checked, split."""
-    from minigpt.data.sources import load_raw_corpus
+    from minigpt.data.raw_corpus import load_raw_corpus
+    from minigpt.data.sources import find_sources
 
     start = time.perf_counter()
-    raw = load_raw_corpus(job.data)
+    raw = load_raw_corpus(find_sources(job.data))
     return {"seconds": time.perf_counter() - start, "documents": raw.train.documents + raw.validation.documents}
 
 
@@ -273,10 +282,11 @@ def corpus_report_scan(job: DataJob) -> dict[str, Any]:
     """The corpus report's comparison of documents (its sample, as data.report_max_documents bounds
     it), timed after the corpus is loaded (`load_seconds`, from the Arrow copy `load_corpus` made)."""
     from minigpt.data.corpus_report import scan_corpus
-    from minigpt.data.sources import load_raw_corpus
+    from minigpt.data.raw_corpus import load_raw_corpus
+    from minigpt.data.sources import find_sources
 
     start = time.perf_counter()
-    raw = load_raw_corpus(job.data)
+    raw = load_raw_corpus(find_sources(job.data))
     loaded = time.perf_counter()
     train, validation, sample = scan_corpus(raw, job.data)
     return {
@@ -294,12 +304,13 @@ def corpus_report_scan(job: DataJob) -> dict[str, Any]:
 def dedup_corpus(job: DataJob) -> dict[str, Any]:
     """`load_raw_corpus` with data.dedup on, every document compared (its cached decisions removed
     first): the comparison, the rows filtered, the split."""
-    from minigpt.data.sources import load_raw_corpus
+    from minigpt.data.raw_corpus import load_raw_corpus
+    from minigpt.data.sources import find_sources
 
     data = dataclasses.replace(job.data, dedup=True)
     shutil.rmtree(Path(data.cache_dir) / "dedup", ignore_errors=True)
     start = time.perf_counter()
-    raw = load_raw_corpus(data)
+    raw = load_raw_corpus(find_sources(data))
     seconds = time.perf_counter() - start
     pools = raw.dedup.values()
     return {
@@ -381,11 +392,12 @@ def _sample_peaks(process) -> tuple[int, int, int]:
 
 def train_tokenizer(settings: TokenizerSettings, data: DataSettings, folder: Path) -> tuple[Path, float]:
     """A tokenizer trained on `data` into `folder`: (its folder, seconds of training)."""
+    from minigpt.data.sources import find_sources
     from minigpt.data.tokenizer import load_or_train_tokenizer
 
     settings = dataclasses.replace(settings, path=str(folder), show_progress=False)
     start = time.perf_counter()
-    load_or_train_tokenizer(settings, dataclasses.replace(data, show_progress=False))
+    load_or_train_tokenizer(settings, find_sources(dataclasses.replace(data, show_progress=False)))
     return folder, time.perf_counter() - start
 
 
@@ -408,10 +420,10 @@ def time_repeats(
     throughput ratio (per repeat), every contender's own figures (`runs`), and with
     `fresh_processes` the peak memories.
     """
-    from minigpt.data.sources import source_files
+    from minigpt.data.sources import find_sources
 
-    train_paths, validation_paths = source_files(data)
-    files = [str(p) for p in (*train_paths, *validation_paths)]
+    sources = find_sources(data)
+    files = [str(p) for p in (*sources.train.paths, *(sources.validation.paths if sources.validation else []))]
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in contenders}
     tokenizer_seconds = []
     settings = tokenizer if isinstance(tokenizer, TokenizerSettings) else tokenizer_settings or TokenizerSettings()
@@ -424,7 +436,7 @@ def time_repeats(
         else:
             tokenizer_dir = tokenizer
         repeat_data = dataclasses.replace(data, cache_dir=str(folder / "data"), show_progress=False)
-        job = DataJob(repeat_data, files, str(tokenizer_dir), dataclasses.asdict(settings), [str(p) for p in train_paths])
+        job = DataJob(repeat_data, files, str(tokenizer_dir), dataclasses.asdict(settings), [str(p) for p in sources.train.paths])
         for name in contenders:
             for _ in range(cached_runs if name == "cached" else 1):
                 run = run_in_fresh_process(name, job) if fresh_processes else CONTENDERS[name](job)
@@ -587,12 +599,13 @@ def compare_tokenizer_samples(
     `fractions` of it (tokenizer.train_max_bytes), with each of `doc_max_chars`: seconds, peak
     memory, bytes read, and bytes per token on the same validation split, each in a fresh process."""
     from benchmarks.python_corpus import build_python_corpus
-    from minigpt.data.sources import load_raw_corpus
+    from minigpt.data.raw_corpus import load_raw_corpus
+    from minigpt.data.sources import find_sources
 
     workdir = Path(workdir)
     built = build_python_corpus(workdir / "python", None if size_mb is None else int(size_mb * 1e6), source)
     data = DataSettings(train_files=[str(built.folder)], cache_dir=str(workdir / "data"), show_progress=False)
-    train_bytes = load_raw_corpus(data).train.bytes
+    train_bytes = load_raw_corpus(find_sources(data)).train.bytes
     rows = []
     for fraction in fractions:
         caps = [0] if fraction >= 1 else doc_max_chars or [TokenizerSettings.doc_max_chars]  # whole: no cap

@@ -52,12 +52,14 @@ class SweepCorpus:
 def corpus_facts(corpus: SweepCorpus, workdir: Path) -> dict[str, int]:
     """Train (or reuse) the corpus's tokenizer and blocks; its vocabulary and training tokens."""
     from minigpt.data.corpus import prepare_corpus
+    from minigpt.data.sources import find_sources
     from minigpt.data.tokenizer import load_or_train_tokenizer
     from minigpt.training.run_config import load_run_config
 
     run = load_run_config(DEFAULT_CONFIG, list(common_overrides(corpus, workdir)))
-    tokenizer = load_or_train_tokenizer(run.tokenizer, run.data)
-    prepared = prepare_corpus(run.data, tokenizer)
+    sources = find_sources(run.data)
+    tokenizer = load_or_train_tokenizer(run.tokenizer, sources)
+    prepared = prepare_corpus(sources, tokenizer)
     return {"vocab": len(tokenizer), "train_tokens": prepared.train_stats.tokens}
 
 

@@ -1,7 +1,7 @@
 r"""Loss, perplexity and bits per byte of a model over a whole text, as lm-evaluation-harness scores it.
 
-The text is read and tokenized exactly as training's data pipeline does (`minigpt.data.sources`
-rows, `minigpt.data.packing.tokenize_batch`): training's token stream, each document's tokens
+The text is read and tokenized exactly as training's data pipeline does (`minigpt.data.raw_corpus`
+rows, `minigpt.data.corpus.tokenize_batch`): training's token stream, each document's tokens
 followed by one end-of-text token (EOS). It is then scored in one of two ways.
 
 - **Documents** (the default), as lm-eval's `loglikelihood_rolling`: each document on its own,
@@ -45,11 +45,13 @@ import torch
 from tqdm.auto import tqdm
 
 from .console import datasets_progress_bars, plural
-from .data.packing import data_tokenizer, tokenize_batch
+from .data.corpus import data_tokenizer, tokenize_batch
+from .data.raw_corpus import load_raw_corpus
+from .data.run_data import sample_indices
 from .data.settings import DataSettings
-from .data.sources import arrow_batches, load_raw_corpus, resolve_files
+from .data.sources import find_sources, resolve_files
+from .data.text_rows import arrow_batches
 from .data.token_bytes import IGNORE_INDEX, SCORE_COLUMNS, next_token_scores, token_byte_lengths
-from .data.validation_sample import sample_indices
 from .errors import ConfigError, DataError
 from .hub.loading import load_model, load_tokenizer
 from .run_layout import read_run_config  # noqa: F401  (scripts and the app import it from here)
@@ -234,11 +236,11 @@ def load_split(
         settings = data_settings_from(
             run_config, train_files=[str(data)], validation_files=[str(data)], **overrides
         )
-        return load_raw_corpus(settings).validation
+        return load_raw_corpus(find_sources(settings)).validation
     if not run_config.get("data"):
         raise DataError(f"--split {split} needs the model's {RESOLVED_CONFIG_NAME}; pass --data FILE instead")
     try:
-        corpus = load_raw_corpus(data_settings_from(run_config, **overrides))
+        corpus = load_raw_corpus(find_sources(data_settings_from(run_config, **overrides)))
     except DataError as err:  # the config's relative paths are relative to where training ran
         raise DataError(f"{err} (run from the folder training ran in, or pass --data)") from None
     return corpus.train if split == "train" else corpus.validation

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from transformers import TrainerCallback
 
+from .data.sources import Sources
 from .distributed import is_main_process
 from .hub.base_model import load_base
 from .reporting.report import describe_result, report_after_training
@@ -22,13 +23,14 @@ def run_training(
     callbacks: Sequence[TrainerCallback] = (),
     stop_controller: StopController | None = None,
     resume: bool = False,
+    sources: Sources | None = None,
 ) -> TrainingResult:
     """Train as the run config says, then write loss.png and run.html and print the closing lines.
 
-    `callbacks`, `stop_controller` and `resume` are `minigpt.training.run.train`'s.
+    `callbacks`, `stop_controller`, `resume` and `sources` are `minigpt.training.run.train`'s.
     """
     stop_controller = stop_controller or StopController()
-    result = train(run, callbacks, stop_controller, resume, load_base=load_base)
+    result = train(run, callbacks, stop_controller, resume, load_base=load_base, sources=sources)
     if is_main_process():
         result.page = report_after_training(result)
         if stop_controller.signum is None:  # a signal's one line has said what happened

@@ -31,14 +31,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     run = load_settings(args, parser)
+    from minigpt.data.sources import find_sources
 
-    from minigpt.data.compatibility import check_compatible
-    from minigpt.data.corpus import prepare_corpus
+    sources = find_sources(run.data)  # a bad file is one line here, before anything heavy is imported
+
+    from minigpt.data.corpus import check_compatible, prepare_corpus
     from minigpt.data.tokenizer import load_or_train_tokenizer
 
     max_positions = run.model.max_position_embeddings
-    tokenizer = load_or_train_tokenizer(run.tokenizer, run.data)
-    corpus = prepare_corpus(run.data, tokenizer, max_position_embeddings=max_positions)
+    tokenizer = load_or_train_tokenizer(run.tokenizer, sources)
+    corpus = prepare_corpus(sources, tokenizer, max_position_embeddings=max_positions)
     check_compatible(tokenizer, len(tokenizer), max_position_embeddings=max_positions, corpus=corpus)
     print(corpus.describe())
     if corpus.report is not None:  # sizes, duplicates, validation copies of training (no plan: no run)

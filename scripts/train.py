@@ -15,6 +15,7 @@ from pathlib import Path
 
 from minigpt.console import never_failing_output
 from minigpt.cpu_load import choose_wait_policy, keep_freed_memory
+from minigpt.data.sources import find_sources  # standard library only: data errors come at once
 from minigpt.distributed import is_main_process, processes_not_started, teardown_distributed
 from minigpt.errors import run_cli
 from minigpt.training.interrupt import StopController
@@ -68,12 +69,13 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
 
-    from minigpt.pipeline import run_training  # heavy imports only once the config is known good
+    sources = find_sources(run.data)  # a missing, empty or non-UTF-8 file: one line, before anything heavy
+    from minigpt.pipeline import run_training  # heavy: only once the config and the data are known good
 
     command = ["python", "scripts/train.py", display_path(args.config), *args.overrides, "--resume"]
     # A signal says all in one line at once, the resume command included.
     controller = StopController(resume_hint=shlex.join(command))
-    result = run_training(run, stop_controller=controller, resume=args.resume)
+    result = run_training(run, stop_controller=controller, resume=args.resume, sources=sources)
     del result  # drop the run's objects before tearing the process group down
     teardown_distributed()
     if controller.stop_requested:

@@ -32,10 +32,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     run = load_settings(args, parser)
+    from minigpt.data.sources import find_sources
+
+    sources = find_sources(run.data)  # a bad file is one line here, before anything heavy is imported
 
     from minigpt.data.tokenizer import load_or_train_tokenizer
 
-    load_or_train_tokenizer(run.tokenizer, run.data, retrain=args.retrain)  # prints what it trained or found
+    load_or_train_tokenizer(run.tokenizer, sources, retrain=args.retrain)  # prints what it trained or found
     return 0
 
 

@@ -11,8 +11,13 @@ from chat_fixtures import CONVERSATION, chat_tokenizer
 from conftest import REPO_ROOT, tiny_model
 
 from minigpt.chat.shakespeare_dialogue import build_chat_data, dialogues, parse_speeches, validation_start
-from minigpt.data.chat_encoding import IGNORE_INDEX, ChatCollator, encode_conversations
-from minigpt.data.conversations import Conversation, check_conversation
+from minigpt.data.chat_data import (
+    IGNORE_INDEX,
+    ChatCollator,
+    Conversation,
+    check_conversation,
+    encode_conversations,
+)
 from minigpt.errors import ConfigError, DataError
 
 SHIPPED = REPO_ROOT / "data" / "shakespeare-chat"

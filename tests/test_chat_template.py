@@ -22,9 +22,10 @@ from minigpt.data.chat_template import (
     template_without_generation_markers,
 )
 from minigpt.data.settings import DataSettings, TokenizerSettings
+from minigpt.data.sources import find_sources
 from minigpt.data.tokenizer import (
     TRAINING_RECORD,
-    check_training_record,
+    check_existing_tokenizer,
     load_tokenizer,
     save_tokenizer,
     train_tokenizer,
@@ -133,10 +134,11 @@ def test_a_record_from_before_the_chat_tokens_reads_as_without_them(tmp_path, sa
     del record["chat_tokens"]
     (old_folder / TRAINING_RECORD).write_text(json.dumps(record))
     assert len(load_tokenizer(old_folder)) == 300  # still loads
-    data = DataSettings()  # no trained_on in these records: the data is not checked
-    check_training_record(old_folder, TokenizerSettings(vocab_size=300, chat_tokens=False), data)
+    (tmp_path / "a.txt").write_text("text\n" * 100)
+    sources = find_sources(DataSettings(train_files=[str(tmp_path / "a.txt")]))  # no trained_on: not compared
+    check_existing_tokenizer(TokenizerSettings(path=str(old_folder), vocab_size=300, chat_tokens=False), sources)
     with pytest.raises(ConfigError, match=r"tokenizer.chat_tokens False \(this config: True\)"):
-        check_training_record(old_folder, TokenizerSettings(vocab_size=300), data)
+        check_existing_tokenizer(TokenizerSettings(path=str(old_folder), vocab_size=300), sources)
     with pytest.raises(ConfigError, match="must be distinct"):
         TokenizerSettings(extra_special_tokens=[IM_END]).validate()
 

@@ -17,8 +17,7 @@ from chat_fixtures import save_chat_base, short_conversations, write_jsonl
 from conftest import PYTHON, REPO_ROOT
 from safetensors.torch import load_file
 
-from minigpt.data.chat_encoding import IGNORE_INDEX, encode_conversations
-from minigpt.data.conversations import Conversation
+from minigpt.data.chat_data import IGNORE_INDEX, Conversation, encode_conversations
 from minigpt.data.token_bytes import token_byte_lengths
 from minigpt.data.tokenizer import load_tokenizer
 from minigpt.errors import DataError

@@ -20,8 +20,10 @@ from minigpt.data import corpus_report
 from minigpt.data.corpus import prepare_corpus
 from minigpt.data.corpus_report import CorpusReport
 from minigpt.data.duplicates import Copy, Document, DuplicateIndex
+from minigpt.data.raw_corpus import load_raw_corpus
 from minigpt.data.settings import DataSettings
-from minigpt.data.sources import iter_texts, load_raw_corpus
+from minigpt.data.sources import find_sources
+from minigpt.data.text_rows import iter_texts
 from minigpt.errors import ConfigError
 
 WORDS = SHAKESPEARE.read_text(encoding="utf-8").split()
@@ -114,7 +116,7 @@ def test_near_copies_at_the_threshold_are_found_as_minhash_estimates_them():
 
 def test_report_finds_planted_duplicates_and_validation_copies(tmp_path, tokenizer):
     train, validation = planted(tmp_path)
-    corpus = prepare_corpus(settings_for(tmp_path, train, validation), tokenizer)
+    corpus = prepare_corpus(find_sources(settings_for(tmp_path, train, validation)), tokenizer)
     report = corpus.report
     assert report.train["documents"] == 40 and report.validation["documents"] == 10
     assert report.train["tokens"] == corpus.train_stats.tokens and report.train["bytes"] == corpus.train_stats.bytes
@@ -138,7 +140,7 @@ def test_report_finds_planted_duplicates_and_validation_copies(tmp_path, tokeniz
 def test_dedup_removes_the_copies_before_training_and_keeps_validation_whole(tmp_path, tokenizer, capsys):
     train, validation = planted(tmp_path)
     settings = settings_for(tmp_path, train, validation, dedup=True)
-    corpus = prepare_corpus(settings, tokenizer)
+    corpus = prepare_corpus(find_sources(settings), tokenizer)
     report = corpus.report
     assert report.dedup == {
         "validation": {"documents": 10, "exact": 0, "near": 0},
@@ -154,14 +156,14 @@ def test_dedup_removes_the_copies_before_training_and_keeps_validation_whole(tmp
     )
     assert "data.dedup: removed 8 documents of 50 (4 exact, 4 near copies)" in capsys.readouterr().out
     # The first of each document stays; its copies and the validation documents are gone from training.
-    texts = list(iter_texts(load_raw_corpus(settings).train))
+    texts = list(iter_texts(load_raw_corpus(find_sources(settings)).train))
     assert texts.count(" ".join(window(0))) == 1 and " ".join(window(200)) not in texts
     assert changed(window(5), 10, 30, 50) in texts  # the distant variant is no copy
     stream = " ".join(decoded_stream(tokenizer, corpus.train).split())  # whitespace normalised, as compared
     for phrase in (window(0)[20:40], window(1)[20:40], window(3)[:20], window(100, words=400)[:30]):
         assert stream.count(" ".join(phrase)) == 1  # one copy of each original (the near copies share these)
     assert " ".join(window(200)[20:40]) not in stream and " ".join(window(201)[:20]) not in stream
-    undeduplicated = prepare_corpus(settings_for(tmp_path, train, validation), tokenizer)
+    undeduplicated = prepare_corpus(find_sources(settings_for(tmp_path, train, validation)), tokenizer)
     before = " ".join(decoded_stream(tokenizer, undeduplicated.train).split())
     assert before.count(" ".join(window(3)[:20])) == 2 and " ".join(window(200)[20:40]) in before
     assert undeduplicated.cache_dir != corpus.cache_dir  # data.dedup is part of the blocks' key
@@ -176,60 +178,60 @@ def test_random_split_report_and_dedup_before_the_split(tmp_path, tokenizer):
     cluster_of = {t: n for n, c in enumerate(clusters) for t in c}
     source = write_jsonl(tmp_path / "all.jsonl", texts)
     settings = settings_for(tmp_path, source, validation_split="random", validation_fraction=0.3)
-    raw = load_raw_corpus(settings)
+    raw = load_raw_corpus(find_sources(settings))
     train_texts, validation_texts = list(iter_texts(raw.train)), list(iter_texts(raw.validation))
     in_train = [cluster_of[t] for t in train_texts if t in cluster_of]
     expected_copies = len(in_train) - len(set(in_train))
     expected_overlap = sum(cluster_of.get(t) in set(in_train) for t in validation_texts)
     assert expected_copies > 0 and expected_overlap > 0  # the seed straddles clusters
 
-    report = prepare_corpus(settings, tokenizer).report
+    report = prepare_corpus(find_sources(settings), tokenizer).report
     assert report.duplicates["exact"] + report.duplicates["near"] == expected_copies
     assert report.validation_in_train["exact"] + report.validation_in_train["near"] == expected_overlap
     assert len(report.warnings()) == 1
 
     deduplicated = settings_for(tmp_path, source, validation_split="random", validation_fraction=0.3, dedup=True)
-    report = prepare_corpus(deduplicated, tokenizer).report
+    report = prepare_corpus(find_sources(deduplicated), tokenizer).report
     assert report.dedup == {"corpus": {"documents": 70, "exact": 10, "near": 10}}
     assert report.duplicates["exact"] + report.duplicates["near"] == report.overlap == 0
-    raw = load_raw_corpus(deduplicated)
+    raw = load_raw_corpus(find_sources(deduplicated))
     kept = [cluster_of[t] for t in [*iter_texts(raw.train), *iter_texts(raw.validation)] if t in cluster_of]
     assert sorted(kept) == list(range(10))  # one document of each cluster, on one side of the split
 
 
 def test_a_sample_is_bounded_seeded_and_said(tmp_path, tokenizer):
     train, validation = planted(tmp_path)
-    whole = prepare_corpus(settings_for(tmp_path, train, validation), tokenizer).report
-    sampled = prepare_corpus(settings_for(tmp_path, train, validation, report_max_documents=25), tokenizer).report
+    whole = prepare_corpus(find_sources(settings_for(tmp_path, train, validation)), tokenizer).report
+    sampled = prepare_corpus(find_sources(settings_for(tmp_path, train, validation, report_max_documents=25)), tokenizer).report
     assert not sampled.sample["whole"] and sampled.sample["max_documents"] == 25
     compared = sampled.duplicates["compared"] + sampled.validation_in_train["compared"]
     assert 10 <= compared <= 40 and compared < 50  # about half of the 50 documents, drawn by the seed
     assert sampled.duplicates["exact"] <= whole.duplicates["exact"] and sampled.overlap <= whole.overlap
     assert "duplicates in a sample of" in sampled.lines()[1] and "the corpus may hold more" in sampled.lines()[1]
-    again = prepare_corpus(settings_for(tmp_path, train, validation, report_max_documents=25), tokenizer).report
+    again = prepare_corpus(find_sources(settings_for(tmp_path, train, validation, report_max_documents=25)), tokenizer).report
     assert again == sampled
 
 
 def test_reused_blocks_reuse_the_report_and_a_new_sample_redoes_the_report_alone(tmp_path, tokenizer, monkeypatch):
     train, validation = planted(tmp_path)
-    first = prepare_corpus(settings_for(tmp_path, train, validation), tokenizer)
+    first = prepare_corpus(find_sources(settings_for(tmp_path, train, validation)), tokenizer)
     assert (first.cache_dir / corpus_report.REPORT_FILE).is_file()
 
     def no_scan(*args, **kwargs):
         raise AssertionError("the report was computed again")
 
     monkeypatch.setattr(corpus_report, "scan_corpus", no_scan)
-    reused = prepare_corpus(settings_for(tmp_path, train, validation), tokenizer)
+    reused = prepare_corpus(find_sources(settings_for(tmp_path, train, validation)), tokenizer)
     assert reused.reused and reused.report == first.report
     monkeypatch.undo()
     (first.cache_dir / corpus_report.REPORT_FILE).unlink()  # blocks cached before the report existed
-    redone = prepare_corpus(settings_for(tmp_path, train, validation, report_max_documents=None), tokenizer)
+    redone = prepare_corpus(find_sources(settings_for(tmp_path, train, validation, report_max_documents=None)), tokenizer)
     assert redone.reused and redone.cache_dir == first.cache_dir  # the same blocks
     assert redone.report.duplicates == first.report.duplicates and redone.report.sample["max_documents"] is None
 
 
 def test_text_files_are_documents_and_one_file_has_nothing_to_compare(tmp_path, tokenizer):
-    one = prepare_corpus(settings_for(tmp_path, SHAKESPEARE, block_size=64), tokenizer).report
+    one = prepare_corpus(find_sources(settings_for(tmp_path, SHAKESPEARE, block_size=64)), tokenizer).report
     assert one.train["documents"] == one.validation["documents"] == 1
     assert one.lines()[1] == "duplicates: none to compare in training (1 document)"
     assert one.lines()[2] == "validation: 0 of 1 validation document also in training"
@@ -243,7 +245,7 @@ def test_text_files_are_documents_and_one_file_has_nothing_to_compare(tmp_path, 
     (folder / "part9.txt").write_text(text[30_000:60_000].replace(" the ", " THE ", 3), encoding="utf-8")  # near part1
     (folder / "part10.txt").write_text(text[60_000:80_000] + "another ending", encoding="utf-8")
     settings = settings_for(tmp_path, folder, validation_files=[str(folder / "part0.txt")], exclude=["part0.txt"])
-    report = prepare_corpus(settings, tokenizer).report
+    report = prepare_corpus(find_sources(settings), tokenizer).report
     assert report.train["documents"] == 10
     # part10 is compared by its first 20,000 characters: part2's
     assert report.duplicates == {"compared": 10, "exact": 1, "near": 1}

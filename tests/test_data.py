@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 from conftest import child_env, load_script
 
-from minigpt.data import corpus, packing
-from minigpt.data.compatibility import check_block_size, check_compatible
-from minigpt.data.corpus import prepare_corpus
-from minigpt.data.settings import DataSettings, TokenizerSettings
-from minigpt.data.sources import iter_texts, iter_train_texts, load_raw_corpus
+from minigpt.data import corpus
+from minigpt.data.corpus import check_compatible, prepare_corpus
+from minigpt.data.raw_corpus import iter_train_texts, load_raw_corpus
+from minigpt.data.settings import DataSettings, TokenizerSettings, check_block_size
+from minigpt.data.sources import find_sources
+from minigpt.data.text_rows import iter_texts
 from minigpt.data.tokenizer import train_tokenizer
 from minigpt.errors import ConfigError, DataError
 
@@ -62,15 +63,15 @@ def write(path: Path, text: str) -> Path:
 
 def test_shakespeare_split_is_last_tenth_at_a_line_boundary(tmp_path, tokenizer):
     settings = settings_for(tmp_path, SHAKESPEARE, block_size=64)
-    raw = load_raw_corpus(settings)
+    raw = load_raw_corpus(find_sources(settings))
     train_text, val_text = "".join(iter_texts(raw.train)), "".join(iter_texts(raw.validation))
     assert train_text + val_text == TEXT  # nothing lost, nothing reordered
     assert raw.train.bytes + raw.validation.bytes == SHAKESPEARE.stat().st_size == 1_115_394
     assert train_text.endswith("\n")  # cut at a line boundary ...
     assert 0 <= len(train_text) - int(0.9 * len(TEXT)) < 100  # ... the first one at or after 90%
-    assert "".join(iter_train_texts(settings)) == train_text
+    assert "".join(iter_train_texts(find_sources(settings))) == train_text
 
-    corpus = prepare_corpus(settings, tokenizer)
+    corpus = prepare_corpus(find_sources(settings), tokenizer)
     for split, text, stats in (
         (corpus.train, train_text, corpus.train_stats),
         (corpus.validation, val_text, corpus.validation_stats),
@@ -92,14 +93,14 @@ def test_shakespeare_split_is_last_tenth_at_a_line_boundary(tmp_path, tokenizer)
 
 def test_packing_carries_across_batches(tmp_path, tokenizer):
     src = write(tmp_path / "a.txt", TEXT[:20_000])
-    big = prepare_corpus(settings_for(tmp_path, src, batch_size=1000), tokenizer)
+    big = prepare_corpus(find_sources(settings_for(tmp_path, src, batch_size=1000)), tokenizer)
     small = prepare_corpus(
-        settings_for(tmp_path, src, batch_size=7, cache_dir=str(tmp_path / "c2")), tokenizer
+        find_sources(settings_for(tmp_path, src, batch_size=7, cache_dir=str(tmp_path / "c2"))), tokenizer
     )
     assert stream_of(big.train) == stream_of(small.train) and len(big.train) > 10
     assert big.train_stats == small.train_stats
     # every token but one final remainder shorter than a block is used (not dropped per batch)
-    train_lines = list(iter_texts(load_raw_corpus(settings_for(tmp_path, src)).train))
+    train_lines = list(iter_texts(load_raw_corpus(find_sources(settings_for(tmp_path, src))).train))
     expected = sum(len(ids) for ids in tokenizer(train_lines, add_special_tokens=False)["input_ids"])
     assert big.train_stats.tokens == expected
     assert big.train_stats.blocks == expected // 32 and big.train_stats.dropped_tokens == expected % 32
@@ -107,7 +108,7 @@ def test_packing_carries_across_batches(tmp_path, tokenizer):
 
 def test_write_blocks_remainder_is_counted(tmp_path):
     rows = datasets.Dataset.from_dict({"input_ids": [[1, 2, 3], [4, 5, 6, 7, 8], [9], [10, 11]]})
-    result = packing.write_blocks(rows, tmp_path / "b.arrow", block_size=4, show_progress=False)
+    result = corpus.write_blocks(rows, tmp_path / "b.arrow", block_size=4, show_progress=False)
     blocks = datasets.Dataset.from_file(str(tmp_path / "b.arrow"))
     assert blocks["input_ids"] == [[1, 2, 3, 4], [5, 6, 7, 8]]  # rows cross; [9, 10, 11] is the remainder
     assert (result.tokens, result.blocks, result.dropped_tokens) == (11, 2, 3)
@@ -124,7 +125,7 @@ def test_text_folder_has_one_eos_after_each_file(tmp_path, tokenizer):
     write(tmp_path / "books" / "empty.txt", "")  # adds nothing
     val = [write(tmp_path / "val" / "v.txt", TEXT[50_000:53_000])]
     corpus = prepare_corpus(
-        settings_for(tmp_path, tmp_path / "books", validation_files=[str(v) for v in val], block_size=16),
+        find_sources(settings_for(tmp_path, tmp_path / "books", validation_files=[str(v) for v in val], block_size=16)),
         tokenizer,
     )
     tokens = stream_of(corpus.train)
@@ -139,7 +140,7 @@ def test_text_folder_has_one_eos_after_each_file(tmp_path, tokenizer):
 
 def test_literal_special_token_text_is_not_an_eos(tmp_path, tokenizer):
     src = write(tmp_path / "a.txt", ("the <|endoftext|> is text here\n" * 40))
-    corpus = prepare_corpus(settings_for(tmp_path, src, block_size=8), tokenizer)
+    corpus = prepare_corpus(find_sources(settings_for(tmp_path, src, block_size=8)), tokenizer)
     assert EOS not in stream_of(corpus.train)
 
 
@@ -154,7 +155,7 @@ def test_jsonl_rows_are_documents_with_eos_between(tmp_path, tokenizer):
         "".join(json.dumps({"id": i, "content": d}) + "\n" for i, d in enumerate(docs)), encoding="utf-8"
     )
     settings = settings_for(tmp_path, src, text_field="content", block_size=16)
-    corpus = prepare_corpus(settings, tokenizer)
+    corpus = prepare_corpus(find_sources(settings), tokenizer)
     train = tokenizer.decode(stream_of(corpus.train), skip_special_tokens=False)
     n_train = corpus.train_stats.documents
     ends = np.cumsum([len(d.encode()) for d in docs])
@@ -163,7 +164,7 @@ def test_jsonl_rows_are_documents_with_eos_between(tmp_path, tokenizer):
     pieces = train.split("<|endoftext|>")  # the last document may end in the remainder
     assert pieces[: n_train - 1] == docs[: n_train - 1] and docs[n_train - 1].startswith(pieces[n_train - 1])
     with pytest.raises(DataError, match="no field 'text'"):
-        prepare_corpus(settings_for(tmp_path, src, block_size=16), tokenizer)  # default text_field
+        prepare_corpus(find_sources(settings_for(tmp_path, src, block_size=16)), tokenizer)  # default text_field
 
 
 def test_parquet_and_saved_dataset_give_the_same_blocks_as_jsonl(tmp_path, tokenizer):
@@ -173,7 +174,7 @@ def test_parquet_and_saved_dataset_give_the_same_blocks_as_jsonl(tmp_path, token
     table.to_parquet(str(tmp_path / "d.parquet"))
     table.save_to_disk(str(tmp_path / "saved"))
     results = [
-        stream_of(prepare_corpus(settings_for(tmp_path, tmp_path / name), tokenizer).train)
+        stream_of(prepare_corpus(find_sources(settings_for(tmp_path, tmp_path / name)), tokenizer).train)
         for name in ("d.jsonl", "d.parquet", "saved")
     ]
     assert results[0] == results[1] == results[2] and results[0].count(EOS) == 27
@@ -188,7 +189,7 @@ def test_random_split_is_deterministic_given_the_seed(tmp_path, tokenizer):
     src.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
 
     def split(seed):
-        raw = load_raw_corpus(settings_for(tmp_path, src, validation_split="random", seed=seed))
+        raw = load_raw_corpus(find_sources(settings_for(tmp_path, src, validation_split="random", seed=seed)))
         return list(iter_texts(raw.train)), list(iter_texts(raw.validation))
 
     train, val = split(1)
@@ -201,12 +202,12 @@ def test_random_split_is_deterministic_given_the_seed(tmp_path, tokenizer):
 def test_streaming_and_processes_give_the_same_blocks(tmp_path, tokenizer):
     for i in range(3):
         write(tmp_path / "books" / f"{i}.txt", TEXT[i * 9000 : (i + 1) * 9000])
-    base = prepare_corpus(settings_for(tmp_path, tmp_path / "books"), tokenizer)
+    base = prepare_corpus(find_sources(settings_for(tmp_path, tmp_path / "books")), tokenizer)
     streamed = prepare_corpus(
-        settings_for(tmp_path, tmp_path / "books", streaming=True, cache_dir=str(tmp_path / "s")), tokenizer
+        find_sources(settings_for(tmp_path, tmp_path / "books", streaming=True, cache_dir=str(tmp_path / "s"))), tokenizer
     )
     two = prepare_corpus(
-        settings_for(tmp_path, tmp_path / "books", num_proc=2, batch_size=100, cache_dir=str(tmp_path / "p")),
+        find_sources(settings_for(tmp_path, tmp_path / "books", num_proc=2, batch_size=100, cache_dir=str(tmp_path / "p"))),
         tokenizer,
     )
     for other in (streamed, two):
@@ -220,31 +221,31 @@ def test_streaming_and_processes_give_the_same_blocks(tmp_path, tokenizer):
 
 def test_second_run_reuses_blocks_and_any_change_reprepares(tmp_path, tokenizer):
     src = write(tmp_path / "a.txt", TEXT[:20_000])
-    first = prepare_corpus(settings_for(tmp_path, src), tokenizer)
-    again = prepare_corpus(settings_for(tmp_path, src, num_proc=2, batch_size=10), tokenizer)  # not decisive
+    first = prepare_corpus(find_sources(settings_for(tmp_path, src)), tokenizer)
+    again = prepare_corpus(find_sources(settings_for(tmp_path, src, num_proc=2, batch_size=10)), tokenizer)  # not decisive
     assert not first.reused and again.reused and again.cache_dir == first.cache_dir
     assert stream_of(again.train) == stream_of(first.train)
 
-    other_block = prepare_corpus(settings_for(tmp_path, src, block_size=16), tokenizer)
+    other_block = prepare_corpus(find_sources(settings_for(tmp_path, src, block_size=16)), tokenizer)
     assert not other_block.reused and other_block.cache_dir != first.cache_dir
 
     stat = src.stat()
     text = TEXT[:20_000]
     write(src, text[:19_000] + "#" + text[19_001:])  # one byte changed; same size, the mtime is put back
     os.utime(src, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    edited = prepare_corpus(settings_for(tmp_path, src), tokenizer)
+    edited = prepare_corpus(find_sources(settings_for(tmp_path, src)), tokenizer)
     assert not edited.reused and edited.cache_dir != first.cache_dir
     assert "#" in tokenizer.decode(stream_of(edited.validation)) and "#" not in text
 
     other_tok = train_tokenizer(
         TEXT[:30_000].splitlines(True), TokenizerSettings(vocab_size=350, show_progress=False)
     )
-    assert not prepare_corpus(settings_for(tmp_path, src), other_tok).reused
+    assert not prepare_corpus(find_sources(settings_for(tmp_path, src)), other_tok).reused
 
 
 def test_interrupted_preparation_leaves_nothing(tmp_path, tokenizer, monkeypatch):
     src = write(tmp_path / "a.txt", TEXT[:20_000])
-    real = packing.write_blocks
+    real = corpus.write_blocks
 
     def interrupted(tokenized, path, *args, **kwargs):
         if path.stem == "validation":
@@ -253,10 +254,10 @@ def test_interrupted_preparation_leaves_nothing(tmp_path, tokenizer, monkeypatch
 
     monkeypatch.setattr(corpus, "write_blocks", interrupted)  # as prepare_corpus looks it up
     with pytest.raises(KeyboardInterrupt):
-        prepare_corpus(settings_for(tmp_path, src), tokenizer)
+        prepare_corpus(find_sources(settings_for(tmp_path, src)), tokenizer)
     assert list(blocks_dir(tmp_path).iterdir()) == []
     monkeypatch.setattr(corpus, "write_blocks", real)
-    assert not prepare_corpus(settings_for(tmp_path, src), tokenizer).reused
+    assert not prepare_corpus(find_sources(settings_for(tmp_path, src)), tokenizer).reused
 
 
 # ---- bad input: one-line error, nothing written ----------------------------------------------------
@@ -268,19 +269,19 @@ def assert_nothing_prepared(tmp_path: Path) -> None:
 
 def test_missing_path(tmp_path, tokenizer):
     with pytest.raises(DataError, match="does not exist"):
-        prepare_corpus(settings_for(tmp_path, tmp_path / "nope.txt"), tokenizer)
+        prepare_corpus(find_sources(settings_for(tmp_path, tmp_path / "nope.txt")), tokenizer)
     with pytest.raises(DataError, match="no files match"):
-        prepare_corpus(settings_for(tmp_path, str(tmp_path / "*.txt")), tokenizer)
+        prepare_corpus(find_sources(settings_for(tmp_path, str(tmp_path / "*.txt"))), tokenizer)
     assert_nothing_prepared(tmp_path)
 
 
 def test_empty_file_and_empty_folder(tmp_path, tokenizer):
     with pytest.raises(DataError, match="is empty"):
-        prepare_corpus(settings_for(tmp_path, write(tmp_path / "empty.txt", "")), tokenizer)
+        prepare_corpus(find_sources(settings_for(tmp_path, write(tmp_path / "empty.txt", ""))), tokenizer)
     (tmp_path / "folder").mkdir()
     write(tmp_path / "folder" / "zero.txt", "")
     with pytest.raises(DataError, match="folder .* is empty"):
-        prepare_corpus(settings_for(tmp_path, tmp_path / "folder"), tokenizer)
+        prepare_corpus(find_sources(settings_for(tmp_path, tmp_path / "folder")), tokenizer)
     assert_nothing_prepared(tmp_path)
 
 
@@ -288,31 +289,31 @@ def test_binary_file_is_not_text(tmp_path, tokenizer):
     blob = tmp_path / "model.bin"
     blob.write_bytes(np.random.default_rng(0).integers(0, 256, 50_000, dtype=np.uint8).tobytes())
     with pytest.raises(DataError, match="does not look like UTF-8 text"):
-        prepare_corpus(settings_for(tmp_path, blob), tokenizer)
+        prepare_corpus(find_sources(settings_for(tmp_path, blob)), tokenizer)
     assert_nothing_prepared(tmp_path)
 
 
 def test_invalid_utf8_tolerance(tmp_path, tokenizer):
     src = tmp_path / "latin1.txt"
     src.write_bytes(TEXT[:20_000].encode() + "café\n".encode("latin-1") + TEXT[:300].encode())  # 1 bad byte
-    corpus = prepare_corpus(settings_for(tmp_path, src), tokenizer)  # 1 in 20,000 < 0.1%: tolerated
+    corpus = prepare_corpus(find_sources(settings_for(tmp_path, src)), tokenizer)  # 1 in 20,000 < 0.1%: tolerated
     assert "caf\ufffd\n" in tokenizer.decode(stream_of(corpus.validation))  # as U+FFFD
     with pytest.raises(DataError, match="max_invalid_utf8_fraction=0.0"):
-        prepare_corpus(settings_for(tmp_path, src, max_invalid_utf8_fraction=0.0), tokenizer)
+        prepare_corpus(find_sources(settings_for(tmp_path, src, max_invalid_utf8_fraction=0.0)), tokenizer)
 
 
 def test_jsonl_without_the_field(tmp_path, tokenizer):
     src = tmp_path / "d.jsonl"
     src.write_text('{"body": "hello"}\n{"body": "world"}\n', encoding="utf-8")
     with pytest.raises(DataError, match="no field 'text' .*fields: body"):
-        prepare_corpus(settings_for(tmp_path, src), tokenizer)
+        prepare_corpus(find_sources(settings_for(tmp_path, src)), tokenizer)
     assert_nothing_prepared(tmp_path)
 
 
 def test_corpus_too_small_for_a_block_each(tmp_path, tokenizer):
     src = write(tmp_path / "tiny.txt", TEXT[:600])
     with pytest.raises(DataError, match="too small for data.block_size=128"):
-        prepare_corpus(settings_for(tmp_path, src, block_size=128), tokenizer)
+        prepare_corpus(find_sources(settings_for(tmp_path, src, block_size=128)), tokenizer)
     assert_nothing_prepared(tmp_path)
 
 
@@ -321,7 +322,7 @@ def test_block_size_larger_than_model_positions(tmp_path, tokenizer):
         check_block_size(256, 128)
     src = write(tmp_path / "a.txt", TEXT[:5000])
     with pytest.raises(ConfigError, match="exceeds"):
-        prepare_corpus(settings_for(tmp_path, src, block_size=64), tokenizer, max_position_embeddings=32)
+        prepare_corpus(find_sources(settings_for(tmp_path, src, block_size=64)), tokenizer, max_position_embeddings=32)
     assert_nothing_prepared(tmp_path)
 
 
@@ -340,7 +341,7 @@ def test_impossible_settings_name_the_field(tmp_path):
 
 
 def test_check_compatible(tmp_path, tokenizer):
-    corpus = prepare_corpus(settings_for(tmp_path, write(tmp_path / "a.txt", TEXT[:20_000])), tokenizer)
+    corpus = prepare_corpus(find_sources(settings_for(tmp_path, write(tmp_path / "a.txt", TEXT[:20_000]))), tokenizer)
     check_compatible(
         tokenizer,
         400,
@@ -396,6 +397,40 @@ def test_prepare_data_cli_error_is_one_line(tmp_path):
     assert not (tmp_path / "cache").exists() and not (tmp_path / "tok").exists()
 
 
+BAD_FILES = {
+    "missing": (None, "error: train path {path} does not exist"),
+    "empty": (b"", "error: train file {path} is empty"),
+    "latin-1": (
+        ("caf\u00e9 ol\u00e9 " * 2000).encode("latin-1"),
+        "error: {path} does not look like UTF-8 text: 22.2% of its characters are undecodable or NUL "
+        "(data.max_invalid_utf8_fraction=0.001)",
+    ),
+}
+
+
+@pytest.mark.parametrize("problem", list(BAD_FILES))
+def test_a_bad_data_file_is_one_line_before_any_progress_or_heavy_import(tmp_path, problem):
+    """Issue 48, item 8: a missing, empty or non-UTF-8 file is one `error:` line (exit 2) before any
+    progress line, and before `datasets`, tokenizers or torch are imported (what took seconds)."""
+    content, expected = BAD_FILES[problem]
+    path = tmp_path / "data.txt"
+    if content is not None:
+        path.write_bytes(content)
+    argv = ["prepare_data.py", "--data", str(path), "--cache-dir", str(tmp_path / "cache"), "--tokenizer", str(tmp_path / "tok")]
+    code = (
+        f"import runpy, sys; sys.argv = {argv!r}\n"
+        f"try:\n    runpy.run_path({str(REPO / 'scripts' / 'prepare_data.py')!r}, run_name='__main__')\n"
+        "finally:\n    print(sorted(m for m in ('datasets', 'tokenizers', 'torch', 'transformers') if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=child_env(tmp_path), cwd=tmp_path, timeout=120
+    )
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [expected.format(path=path)]
+    assert result.stdout == "[]\n"  # no progress, nothing heavy imported
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "tok").exists()
+
+
 def test_scripts_train_tokenizer_then_prepare_and_reuse(tmp_path, capsys):
     src = write(tmp_path / "a.txt", TEXT[:30_000])
     common = [
@@ -443,7 +478,7 @@ def test_folder_skips_what_is_not_text_and_says_so(tmp_path, capsys):
 
     root = source_tree(tmp_path / "src")
     files = resolve_files([str(root)], "train", exclude=["*.log"])
-    assert sorted(str(p.relative_to(root)) for p in files) == sorted(
+    assert sorted(name for _, name in files) == sorted(
         f"{package}/mod{i}.py" for package in ("alpha", "beta", "gamma", "xml", "urllib", "unittest") for i in range(4)
     )
     line = capsys.readouterr().out.strip()
@@ -451,23 +486,23 @@ def test_folder_skips_what_is_not_text_and_says_so(tmp_path, capsys):
         f"train folder {root}: 24 text files, skipped 10 (7 compiled, 1 binary, 1 excluded, 1 hidden)"
     )
     # Excluding a folder by name, and in a glob.
-    assert not any("xml" in p.parts for p in resolve_files([str(root)], "train", exclude=["xml"]))
+    assert not any("xml" in p.parts for p, _ in resolve_files([str(root)], "train", exclude=["xml"]))
     assert len(resolve_files([str(root / "*" / "*.py")], "train", exclude=["beta/*"])) == 20
 
 
 def test_folder_of_source_files_prepares_without_a_utf8_error(tmp_path, tokenizer):
     root = source_tree(tmp_path / "src")
-    corpus = prepare_corpus(settings_for(tmp_path, root, exclude=["*.log"]), tokenizer)
+    corpus = prepare_corpus(find_sources(settings_for(tmp_path, root, exclude=["*.log"])), tokenizer)
     assert corpus.train_stats.documents + corpus.validation_stats.documents == 24
 
 
 def test_a_folders_validation_split_samples_documents_across_the_corpus(tmp_path):
-    from minigpt.data.sources import arrow_batches, load_raw_corpus, source_files
+    from minigpt.data.text_rows import arrow_batches
 
     root = source_tree(tmp_path / "src")
     settings = settings_for(tmp_path, root, exclude=["*.log"], validation_fraction=0.25)
     assert settings.validation_split == "auto" and settings.split_method(24) == "random"
-    raw = load_raw_corpus(settings)
+    raw = load_raw_corpus(find_sources(settings))
     texts = [t for table in arrow_batches(raw.validation.dataset) for t in table.column("text").to_pylist()]
     packages = {line.split()[1] for line in texts if line.startswith("# ") and " module " in line}
     # Documents from across the folder, not only its alphabetically last packages (the tail split's).
@@ -476,7 +511,7 @@ def test_a_folders_validation_split_samples_documents_across_the_corpus(tmp_path
     # One file keeps the customary tail split; "tail" can still be asked for.
     assert settings_for(tmp_path, root / "alpha" / "mod0.py").split_method(1) == "tail"
     assert settings_for(tmp_path, root, validation_split="tail").split_method(24) == "tail"
-    assert len(source_files(settings)[0]) == 24
+    assert len(find_sources(settings).train.paths) == 24
 
 
 def test_seeded_unit_is_splitmix64_and_holds_out_the_fraction_asked_for():

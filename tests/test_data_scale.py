@@ -1,5 +1,6 @@
 """The data stage at scale, on tiny corpora: text files read in pieces, documents as rows, a bounded
-and spread tokenizer sample, file digests read once, and a resumed run that does not replay data."""
+and spread tokenizer sample, sources fingerprinted at a bounded cost, and a resumed run that does not
+replay data."""
 
 from __future__ import annotations
 
@@ -11,13 +12,19 @@ from pathlib import Path
 import pytest
 from conftest import REPO_ROOT, small_run
 
-from minigpt.data import digests
+from minigpt.data import sources as sources_module
 from minigpt.data.corpus import prepare_corpus
+from minigpt.data.raw_corpus import load_raw_corpus
 from minigpt.data.settings import DataSettings, TokenizerSettings
-from minigpt.data.sources import load_raw_corpus
-from minigpt.data.text_files import read_text_rows
-from minigpt.data.tokenizer import TRAINING_RECORD, load_or_train_tokenizer, train_tokenizer
-from minigpt.data.tokenizer_sample import sample_plan, training_text
+from minigpt.data.sources import find_sources, resolve_files
+from minigpt.data.text_rows import read_text_rows
+from minigpt.data.tokenizer import (
+    TRAINING_RECORD,
+    load_or_train_tokenizer,
+    sample_plan,
+    train_tokenizer,
+    training_text,
+)
 from minigpt.errors import ConfigError
 
 TEXT = (REPO_ROOT / "data" / "tinyshakespeare.txt").read_text(encoding="utf-8")
@@ -73,10 +80,10 @@ def test_a_text_file_is_read_in_pieces_that_end_lines_and_join_to_the_file(tmp_p
 def test_the_arrow_copy_is_written_in_small_batches_of_rows(tmp_path):
     """A loading process holds WRITER_BATCH_ROWS rows at most (datasets' default, 1000 rows of up
     to 128K characters, would hold hundreds of MB in each process)."""
-    from minigpt.data.text_files import WRITER_BATCH_ROWS
+    from minigpt.data.text_rows import WRITER_BATCH_ROWS
 
     folder = marked_corpus(tmp_path / "src", files=3 * WRITER_BATCH_ROWS, size=10)
-    loaded = load_raw_corpus(settings_for(tmp_path, folder, validation_split="tail")).train.dataset
+    loaded = load_raw_corpus(find_sources(settings_for(tmp_path, folder, validation_split="tail"))).train.dataset
     batches = loaded.data.to_batches()
     assert sum(len(b) for b in batches) >= 2 * WRITER_BATCH_ROWS and max(len(b) for b in batches) <= WRITER_BATCH_ROWS
 
@@ -88,10 +95,10 @@ def test_long_files_are_documents_of_several_rows_with_one_eos_each(tmp_path, to
         write(folder / f"{i}.txt", doc)
     val = write(tmp_path / "val.txt", TEXT[300_000:303_000])
     settings = settings_for(tmp_path, folder, validation_files=[str(val)], block_size=16)
-    raw = load_raw_corpus(settings)
+    raw = load_raw_corpus(find_sources(settings))
     assert raw.train.documents == 3 and raw.train.rows > 3  # rows: pieces of at most 64K characters
     assert raw.train.bytes == sum(len(d.encode()) for d in docs)
-    corpus = prepare_corpus(settings, tokenizer)
+    corpus = prepare_corpus(find_sources(settings), tokenizer)
     tokens = [t for row in corpus.train["input_ids"] for t in row]
     pieces = tokenizer.decode(tokens, skip_special_tokens=False).split("<|endoftext|>")
     assert pieces[:2] == docs[:2] and docs[2].startswith(pieces[2])  # an EOS after each file only
@@ -103,7 +110,7 @@ def test_a_random_split_of_text_files_keeps_each_file_whole_on_one_side(tmp_path
     for i in range(30):  # every third file longer than a row: rows of one file must stay together
         body = TEXT[i * 3000 : i * 3000 + 2500] * (30 if i % 3 == 0 else 1)
         write(folder / f"m{i:02d}.py", "".join(f"# file {i}\n{line}\n" for line in body.splitlines()))
-    raw = load_raw_corpus(settings_for(tmp_path, folder, validation_fraction=0.2))
+    raw = load_raw_corpus(find_sources(settings_for(tmp_path, folder, validation_fraction=0.2)))
     assert raw.train.rows + raw.validation.rows == 40  # 2 rows for each long file
     sides = {}
     for name, split in (("train", raw.train), ("validation", raw.validation)):
@@ -126,7 +133,7 @@ def marked_corpus(folder: Path, files: int = 40, size: int = 4000) -> Path:
 
 def test_a_split_over_the_budget_is_sampled_across_all_of_it(tmp_path):
     data = settings_for(tmp_path, marked_corpus(tmp_path / "src"), validation_fraction=0.1)
-    split = load_raw_corpus(data).train
+    split = load_raw_corpus(find_sources(data)).train
     budget = split.bytes // 4
     settings = TokenizerSettings(train_max_bytes=budget, doc_max_chars=3000)
 
@@ -152,11 +159,11 @@ def test_a_split_over_the_budget_is_sampled_across_all_of_it(tmp_path):
 
 def test_the_sample_is_said_recorded_and_checked_on_reuse(tmp_path, capsys):
     data = settings_for(tmp_path, marked_corpus(tmp_path / "src"))
-    budget = load_raw_corpus(data).train.bytes // 3
+    budget = load_raw_corpus(find_sources(data)).train.bytes // 3
     settings = TokenizerSettings(
         path=str(tmp_path / "tok"), vocab_size=300, train_max_bytes=budget, doc_max_chars=2000, show_progress=False
     )
-    load_or_train_tokenizer(settings, data)
+    load_or_train_tokenizer(settings, find_sources(data))
     out = capsys.readouterr().out
     assert "on a sample of the train split (" in out and f"tokenizer.train_max_bytes={budget:,}" in out
     record = json.loads((tmp_path / "tok" / TRAINING_RECORD).read_text())
@@ -164,7 +171,7 @@ def test_the_sample_is_said_recorded_and_checked_on_reuse(tmp_path, capsys):
     sample = record["trained_on"]["sample"]
     assert (sample["max_bytes"], sample["doc_max_chars"], sample["seed"]) == (budget, 2000, data.seed)
     assert 0 < sample["bytes"] <= budget and sample["rows"] > 0
-    load_or_train_tokenizer(settings, data)  # the same sample: reused
+    load_or_train_tokenizer(settings, find_sources(data))  # the same sample: reused
     assert "a sample of" in capsys.readouterr().out
     for changed, words in (
         (dict(train_max_bytes=budget + 1), f"tokenizer.train_max_bytes={budget + 1:,}"),
@@ -172,96 +179,104 @@ def test_the_sample_is_said_recorded_and_checked_on_reuse(tmp_path, capsys):
         (dict(train_max_bytes=0), "(this config: all of its train split)"),
     ):
         with pytest.raises(ConfigError, match="was trained on a sample of its train split") as error:
-            load_or_train_tokenizer(TokenizerSettings(**{**settings.__dict__, **changed}), data)
+            load_or_train_tokenizer(TokenizerSettings(**{**settings.__dict__, **changed}), find_sources(data))
         assert words in str(error.value) and "\n" not in str(error.value)
 
 
 def test_a_whole_split_tokenizer_stays_reusable_under_any_budget_it_fits(tmp_path):
     data = settings_for(tmp_path, marked_corpus(tmp_path / "src", files=8))
     settings = TokenizerSettings(path=str(tmp_path / "tok"), vocab_size=300, show_progress=False)
-    load_or_train_tokenizer(settings, data)
+    load_or_train_tokenizer(settings, find_sources(data))
     record = json.loads((tmp_path / "tok" / TRAINING_RECORD).read_text())["trained_on"]
     assert "sample" not in record  # as records were before samples existed
     for budget in (0, record["train_bytes"], 10**12):  # none of them samples this split
-        load_or_train_tokenizer(TokenizerSettings(**{**settings.__dict__, "train_max_bytes": budget}), data)
+        load_or_train_tokenizer(TokenizerSettings(**{**settings.__dict__, "train_max_bytes": budget}), find_sources(data))
     with pytest.raises(ConfigError, match=r"on all of its train split \(this config: a sample"):
-        load_or_train_tokenizer(TokenizerSettings(**{**settings.__dict__, "train_max_bytes": 1000}), data)
+        load_or_train_tokenizer(TokenizerSettings(**{**settings.__dict__, "train_max_bytes": 1000}), find_sources(data))
     with pytest.raises(ConfigError, match="tokenizer.train_max_bytes must be >= 0"):
         TokenizerSettings(train_max_bytes=-1).validate()
 
 
-# ---- file digests: each byte read once ---------------------------------------------------------------
+# ---- sources fingerprinted once, at a bounded cost -------------------------------------------------
 
 
-def as_a_new_process(monkeypatch) -> None:
-    """Forget what this process knows of files: digests, binary verdicts, the stores it read."""
-    for name in ("_memory", "_verdicts", "_stored"):
-        monkeypatch.setattr(digests, name, {})
+class CountingFile:
+    """A file opened by `sources`, counting the bytes read from it."""
+
+    def __init__(self, handle, counts: dict[str, int]) -> None:
+        self.handle, self.counts = handle, counts
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.handle.read(size)
+        self.counts[Path(self.handle.name).name] = self.counts.get(Path(self.handle.name).name, 0) + len(data)
+        return data
+
+    def __getattr__(self, name):
+        return getattr(self.handle, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.handle.close()
 
 
-def test_file_digests_are_read_once_and_again_after_any_edit(tmp_path, monkeypatch):
-    monkeypatch.setattr(digests, "RACY_SECONDS", 0.0)  # files written just now count as settled
-    as_a_new_process(monkeypatch)
-    files = [write(tmp_path / f"{i}.txt", TEXT[i * 100 : i * 100 + 100]) for i in range(3)]
-    hashed = []
-    real = digests._hash_file
-    monkeypatch.setattr(digests, "_hash_file", lambda path: hashed.append(path) or real(path))
-    first = digests.file_digests(files, tmp_path / "cache")
-    assert len(hashed) == 3 and (tmp_path / "cache" / "digests").is_dir()
-    assert digests.file_digests(files, tmp_path / "cache") == first and len(hashed) == 3  # this process: memory
-    as_a_new_process(monkeypatch)  # another run: the store under the cache folder
-    assert digests.file_digests(files, tmp_path / "cache") == first and len(hashed) == 3
+def counting_reads(monkeypatch) -> dict[str, int]:
+    """Bytes `minigpt.data.sources` reads, per file name, from now on."""
+    counts: dict[str, int] = {}
+    monkeypatch.setattr(sources_module, "open", lambda file, *a, **k: CountingFile(open(file, *a, **k), counts), raising=False)
+    return counts
+
+
+def test_a_small_corpus_is_hashed_whole_so_any_edit_is_seen(tmp_path, monkeypatch):
+    files = [write(tmp_path / "src" / f"{i}.txt", TEXT[i * 100 : i * 100 + 100]) for i in range(3)]
+    settings = settings_for(tmp_path, tmp_path / "src")
+    reads = counting_reads(monkeypatch)
+    first = find_sources(settings).train
+    assert reads == {f.name: 2 * 100 for f in files}  # the binary sniff, then the hash: nothing else
+    assert first.key == first.fingerprint and [s.name for s in first.files] == ["0.txt", "1.txt", "2.txt"]
+    os.utime(files[0], ns=(0, 10**18))  # touched: the same bytes
+    assert find_sources(settings).train.key == first.key
     stat = files[1].stat()
-    write(files[1], "#" + TEXT[101:200])  # same size, mtime put back: the change time still moves
+    write(files[1], "#" + TEXT[101:200])  # same size, mtime put back: the bytes tell
     os.utime(files[1], ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    again = digests.file_digests(files, tmp_path / "cache")
-    assert hashed[3:] == [str(files[1])] and again[1] != first[1] and again[0] == first[0]
-    before = sorted((tmp_path / "cache" / "digests").iterdir())
-    digests.file_digests(files + [write(tmp_path / "new.txt", "x")], tmp_path / "other", save=False)
-    assert not (tmp_path / "other").exists() and sorted((tmp_path / "cache" / "digests").iterdir()) == before
+    edited = find_sources(settings).train
+    assert edited.fingerprint != first.fingerprint and edited.key != first.key
+    assert not (tmp_path / "cache").exists()  # finding sources writes nothing
 
 
-def test_a_cached_corpus_starts_without_reading_its_files(tmp_path, tokenizer, monkeypatch):
-    """What the start of training does on a filled cache, in a new process: the tokenizer's record
-    checked, the blocks found; not one source file opened (no digest, no binary sniff, no text)."""
-    import builtins
+def test_a_large_corpus_is_hashed_by_samples_and_keyed_by_their_times_too(tmp_path, tokenizer, monkeypatch):
+    """Over WHOLE_HASH_BYTES each file is read in samples (at least its first SNIFF_BYTES, in all about
+    WHOLE_HASH_BYTES), so a start on a filled cache reads a bounded share of the corpus; an edit is
+    seen by its bytes where sampled, else by the file's modification time."""
+    import minigpt.data.sources as sources
 
-    from minigpt.data.tokenizer import training_data
-
-    monkeypatch.setattr(digests, "RACY_SECONDS", 0.0)
-    folder = marked_corpus(tmp_path / "src", files=12)
-    write(folder / "sub" / "blob.dat", "\x00" * 100)  # a binary, told by its first bytes
+    monkeypatch.setattr(sources, "WHOLE_HASH_BYTES", 64 * 1024)
+    folder = marked_corpus(tmp_path / "src", files=12, size=20_000)
     settings = settings_for(tmp_path, folder)
-    record = training_data(settings)
-    first = prepare_corpus(settings, tokenizer)
-    as_a_new_process(monkeypatch)
-    opened = []
-    real_open = builtins.open
-    monkeypatch.setattr(builtins, "open", lambda file, *a, **k: opened.append(str(file)) or real_open(file, *a, **k))
-    assert training_data(settings, save=False).same_text(record)
-    again = prepare_corpus(settings, tokenizer)
+    first = prepare_corpus(find_sources(settings), tokenizer)
+    reads = counting_reads(monkeypatch)
+    found = find_sources(settings)
+    again = prepare_corpus(found, tokenizer)
     assert again.reused and again.cache_dir == first.cache_dir
-    assert not [name for name in opened if name.startswith(str(folder))], opened
-    # An edit is seen by its stat alone: only that file is read again, and it is new text.
-    write(folder / "sub" / "blob.dat", "now text\n" * 50)
-    write(folder / "f003.txt", "MARKER003 edited\n" + TEXT[:3000])
-    as_a_new_process(monkeypatch)
-    edited = prepare_corpus(settings, tokenizer)
-    read = {Path(name).name for name in opened if name.startswith(str(folder))}
-    assert not edited.reused and {"blob.dat", "f003.txt"} <= read and "f004.txt" in read  # the text is read anew
-    text_bytes = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())  # the file now text included
-    assert edited.train_stats.bytes + edited.validation_stats.bytes == text_bytes
+    assert len(reads) == 12 and all(count <= 2 * sources.SNIFF_BYTES for count in reads.values())  # of 20 KB each
+    assert found.train.key != found.train.fingerprint
+    f3 = folder / "f003.txt"
+    data = bytearray(f3.read_bytes())
+    data[15_000] = ord("#")  # past the sample: seen by the modification time alone
+    f3.write_bytes(bytes(data))
+    edited = find_sources(settings)
+    assert edited.train.fingerprint == found.train.fingerprint and edited.train.key != found.train.key
+    assert not prepare_corpus(edited, tokenizer).reused
+    os.utime(f3, ns=(0, 10**18))  # a touch alone: the blocks are prepared again (their key holds the time)
+    assert find_sources(settings).train.key != edited.train.key
 
 
-def test_a_file_turned_binary_is_skipped_though_its_old_verdict_was_kept(tmp_path, monkeypatch):
-    from minigpt.data.sources import resolve_files
-
-    monkeypatch.setattr(digests, "RACY_SECONDS", 0.0)
+def test_a_file_turned_binary_is_skipped(tmp_path):
     folder = marked_corpus(tmp_path / "src", files=3)
-    assert len(resolve_files([str(folder)], "train", cache_dir=tmp_path / "cache")) == 3
-    (folder / "f001.txt").write_bytes(b"\x00\x01" * 40)  # the same size: the change time tells
-    as_a_new_process(monkeypatch)
-    assert [p.name for p in resolve_files([str(folder)], "train", cache_dir=tmp_path / "cache")] == ["f000.txt", "f002.txt"]
+    assert len(resolve_files([str(folder)], "train")) == 3
+    (folder / "f001.txt").write_bytes(b"\x00\x01" * 40)
+    assert [name for _, name in resolve_files([str(folder)], "train")] == ["f000.txt", "f002.txt"]
 
 
 # ---- packing: memory bounded by a block, not by the batch ---------------------------------------------
@@ -277,7 +292,7 @@ def test_packing_copies_no_more_than_a_block_and_keeps_the_stream_whole(tmp_path
     import numpy as np
     import pyarrow as pa
 
-    from minigpt.data.packing import write_blocks
+    from minigpt.data.corpus import write_blocks
 
     rng = np.random.default_rng(0)
     lengths = rng.integers(0, 120, size=20_000)  # rows shorter and longer than a block, some empty
@@ -310,7 +325,7 @@ def test_a_resumed_run_fetches_only_the_blocks_it_trains_on(tmp_path, monkeypatc
     only. Counted: the blocks the resumed run reads are those of its own steps, none skipped."""
     from transformers import TrainerCallback
 
-    from minigpt.data.training_blocks import TrainingBlocks
+    from minigpt.data.run_data import TrainingBlocks
     from minigpt.pipeline import run_training
     from minigpt.training.interrupt import StopController
 

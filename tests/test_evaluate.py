@@ -24,9 +24,10 @@ from hub_fixtures import make_run
 from transformers import TrainingArguments, default_data_collator
 
 from minigpt.data.corpus import prepare_corpus
+from minigpt.data.run_data import validation_sample
 from minigpt.data.settings import DataSettings
+from minigpt.data.sources import find_sources
 from minigpt.data.token_bytes import token_byte_lengths
-from minigpt.data.validation_sample import validation_sample
 from minigpt.evaluation import (
     METRIC_PATH,
     block_windows,
@@ -281,7 +282,7 @@ def documents_corpus(tmp_path_factory, tokenizer):
     settings = DataSettings(
         train_files=[str(data)], validation_fraction=0.25, block_size=32, cache_dir=str(folder / "cache")
     )
-    return prepare_corpus(dataclasses.replace(settings, show_progress=False), tokenizer)
+    return prepare_corpus(find_sources(dataclasses.replace(settings, show_progress=False)), tokenizer)
 
 
 def training_evaluation(model, tokenizer, blocks, tmp_path) -> dict[str, float]:

@@ -174,7 +174,7 @@ def test_cli_runs_on_two_processes_and_exits_cleanly(tmp_path, subprocess_env):
     from transformers import AutoModelForCausalLM
 
     from minigpt.data.corpus import load_prepared
-    from minigpt.data.validation_sample import sample_indices
+    from minigpt.data.run_data import sample_indices
 
     blocks_dir = re.search(r"(?:preparing|reusing prepared) blocks in (\S+)", run.stdout).group(1)
     validation = load_prepared(REPO_ROOT / blocks_dir).validation

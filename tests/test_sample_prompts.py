@@ -6,8 +6,8 @@ import datasets
 import yaml
 from conftest import build_tiny_tokenizer, small_run_overrides, write_small_corpus
 
-from minigpt.data.chat_encoding import IGNORE_INDEX
-from minigpt.data.sample_prompts import corpus_prompts, line_opening, spread_rows
+from minigpt.data.run_data import corpus_prompts, line_opening, spread_rows
+from minigpt.data.token_bytes import IGNORE_INDEX
 
 
 def blocks(tokenizer, texts: list[str], block: int = 16) -> datasets.Dataset:
@@ -28,18 +28,28 @@ def test_spread_rows_are_distinct_and_start_at_the_first():
 def test_a_line_opening_prefers_a_document_start_and_a_whole_line():
     tokenizer = build_tiny_tokenizer()
     eos = tokenizer.eos_token_id
-    pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
-    ends_line = [tokenizer.convert_tokens_to_string([p]).endswith("\n") for p in pieces]
     ids = tokenizer("ing the end of a long line\nHENRY:\nyes")["input_ids"] + [eos] + tokenizer("KING:\nno")["input_ids"]
-    line, whole = line_opening(ids, ends_line, eos, max_tokens=8)
-    assert whole and tokenizer.decode(line) == "KING:\n"  # the document's start, not "HENRY:"
+    assert line_opening(ids, tokenizer, max_tokens=8) == ("KING:\n", True)  # the document's start, not "HENRY:"
     ids = tokenizer("the end of a line\nHENRY:\nyes")["input_ids"]  # no document starts: a line's
-    line, whole = line_opening(ids, ends_line, eos, max_tokens=8)
-    assert whole and tokenizer.decode(line) == "HENRY:\n"
+    assert line_opening(ids, tokenizer, max_tokens=8) == ("HENRY:\n", True)
     ids = tokenizer("x\nThe first line of a speech that goes on past eight tokens")["input_ids"]
-    line, whole = line_opening(ids, ends_line, eos, max_tokens=4)
-    assert not whole and len(line) == 4 and tokenizer.decode(line).startswith("The")
-    assert line_opening(tokenizer("no line starts here")["input_ids"], ends_line, eos, 8) == ([], False)
+    words, whole = line_opening(ids, tokenizer, max_tokens=4)
+    assert not whole and words.startswith("The") and "The first line of a speech".startswith(words + " ")
+    assert len(tokenizer(words)["input_ids"]) <= 4
+    assert line_opening(tokenizer("no line starts here")["input_ids"], tokenizer, 8) == ("", False)
+
+
+def test_openings_of_code_have_text_and_start_at_a_line():
+    """Issue 48, item 10: blank and whitespace-only lines are no prompt, nor a newline merged with the
+    next line's indentation (byte-level BPE's "\\n    " tokens)."""
+    tokenizer = build_tiny_tokenizer()
+    code = "def f(x):\n\n    \n        return x\n"
+    line, whole = line_opening(tokenizer(code)["input_ids"], tokenizer, max_tokens=8)
+    assert (line, whole) == ("return x\n", True)  # from its first word
+    assert line_opening(tokenizer("a\n\n   \n\n")["input_ids"], tokenizer, 8) == ("", False)
+    validation = blocks(tokenizer, ["\n\n    \n" * 8, "x = 1\n    \n"] * 3)
+    prompts = corpus_prompts(validation, tokenizer, chat=False)
+    assert prompts and all(prompt.strip() and not prompt.startswith("\n") for prompt in prompts), prompts
 
 
 def test_corpus_prompts_are_line_openings_of_the_split_in_whole_words():
@@ -52,7 +62,9 @@ def test_corpus_prompts_are_line_openings_of_the_split_in_whole_words():
     lines = [line for text in texts for line in text.splitlines(keepends=True)]
     for prompt in prompts:  # a whole line, or the first words of a long one (never half a word)
         assert prompt in lines or any(line.startswith(prompt + " ") for line in lines), prompt
-    assert corpus_prompts(blocks(tokenizer, ["no newline at all " * 20]), tokenizer, chat=False) == ["\n"]
+    # no line starts in the rows read: the first words of the split's first row, never a bare newline
+    [opening] = corpus_prompts(blocks(tokenizer, ["no newline at all " * 20]), tokenizer, chat=False)
+    assert opening.strip() and ("no newline at all " * 20).startswith(opening + " ")
 
 
 def test_corpus_prompts_of_conversations_end_at_the_first_reply():

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from transformers import AutoTokenizer
 
 from minigpt.data.settings import DataSettings, TokenizerSettings
+from minigpt.data.sources import find_sources
 from minigpt.data.tokenizer import (
     TRAINING_RECORD,
     load_or_train_tokenizer,
@@ -132,15 +133,15 @@ def test_trains_on_train_split_only_then_reuses(tmp_path):
     corpus.write_text(SAMPLE[:27_000] + tail, encoding="utf-8")
     data = DataSettings(train_files=[str(corpus)], cache_dir=str(tmp_path / "cache"), show_progress=False)
     settings = TokenizerSettings(path=str(tmp_path / "tok"), vocab_size=400, show_progress=False)
-    tok = load_or_train_tokenizer(settings, data)
+    tok = load_or_train_tokenizer(settings, find_sources(data))
     assert not [t for t in tok.get_vocab() if "qz" in t or "zq" in t]
     assert "Ġthe" in tok.get_vocab()  # trained on the head (Ġ is byte-level BPE's space)
     mtime = (tmp_path / "tok" / "tokenizer.json").stat().st_mtime_ns
-    again = load_or_train_tokenizer(settings, data)  # loaded, not retrained
+    again = load_or_train_tokenizer(settings, find_sources(data))  # loaded, not retrained
     assert (tmp_path / "tok" / "tokenizer.json").stat().st_mtime_ns == mtime
     assert again.get_vocab() == tok.get_vocab()
     with pytest.raises(ConfigError, match="vocab_size"):
-        load_or_train_tokenizer(TokenizerSettings(path=settings.path, vocab_size=500), data)
+        load_or_train_tokenizer(TokenizerSettings(path=settings.path, vocab_size=500), find_sources(data))
 
 
 # ---- what a tokenizer was trained on: printed, checked, never silently reused on other data ------
@@ -153,7 +154,7 @@ def provenance_setup(tmp_path: Path) -> tuple[TokenizerSettings, DataSettings, P
     corpus.write_text(SAMPLE[:20_000], encoding="utf-8")
     data = DataSettings(train_files=[str(corpus)], cache_dir=str(tmp_path / "cache"), show_progress=False)
     settings = TokenizerSettings(path=str(tmp_path / "tok"), vocab_size=300, show_progress=False)
-    load_or_train_tokenizer(settings, data)
+    load_or_train_tokenizer(settings, find_sources(data))
     return settings, data, corpus
 
 
@@ -166,7 +167,7 @@ def test_reuse_on_the_same_data_prints_what_the_tokenizer_was_trained_on(tmp_pat
     assert str(tmp_path) not in json.dumps(record)
     capsys.readouterr()
 
-    load_or_train_tokenizer(settings, data)
+    load_or_train_tokenizer(settings, find_sources(data))
     expected = f"tokenizer {settings.path}: 300 tokens, trained on a.txt (20,000 bytes), train split {record['train_bytes']:,} bytes"
     assert capsys.readouterr().out.splitlines() == [expected]
 
@@ -174,30 +175,48 @@ def test_reuse_on_the_same_data_prints_what_the_tokenizer_was_trained_on(tmp_pat
     moved = tmp_path / "elsewhere" / "a.txt"
     moved.parent.mkdir()
     moved.write_bytes(corpus.read_bytes())
-    load_or_train_tokenizer(settings, DataSettings(train_files=[str(moved)], show_progress=False))
+    load_or_train_tokenizer(settings, find_sources(DataSettings(train_files=[str(moved)], show_progress=False)))
     assert capsys.readouterr().out.splitlines() == [expected]
 
 
-def test_a_tokenizer_checked_before_is_not_checked_again(tmp_path, capsys, monkeypatch):
-    # run_training checks the tokenizer before it writes anything, then loads it: the train files
-    # (gigabytes, for some corpora) are hashed once, not twice.
+def test_the_tokenizer_receives_its_sources_and_reads_no_data_file(tmp_path, capsys, monkeypatch):
+    # find_sources reads the train files (gigabytes, for some corpora) once; the tokenizer's check and
+    # its load receive the fingerprint, and a check done before (run_training's) is not done again.
+    import builtins
+
     import minigpt.data.tokenizer as tokenizer_module
     from minigpt.data.tokenizer import check_existing_tokenizer
 
-    settings, data, _ = provenance_setup(tmp_path)
-    checked = check_existing_tokenizer(settings, data)
-    assert checked.startswith("trained on a.txt (20,000 bytes)")
+    settings, data, corpus = provenance_setup(tmp_path)
+    sources = find_sources(data)
+    opened, records_read = [], []
+    real_open, real_read = builtins.open, tokenizer_module.read_training_record
+    monkeypatch.setattr(builtins, "open", lambda file, *a, **k: opened.append(str(file)) or real_open(file, *a, **k))
+    monkeypatch.setattr(tokenizer_module, "read_training_record", lambda *a: records_read.append(1) or real_read(*a))
+    checked = check_existing_tokenizer(settings, sources)
+    assert checked.startswith("trained on a.txt (20,000 bytes)") and records_read == [1]
     capsys.readouterr()
-    hashed = []
-    real_training_data = tokenizer_module.training_data
-    monkeypatch.setattr(
-        tokenizer_module, "training_data", lambda *a, **k: hashed.append(1) or real_training_data(*a, **k)
-    )
-    load_or_train_tokenizer(settings, data, checked=checked)
-    assert hashed == []
+    load_or_train_tokenizer(settings, sources, checked=checked)
+    assert records_read == [1]
     assert capsys.readouterr().out.splitlines() == [f"tokenizer {settings.path}: 300 tokens, {checked}"]
-    load_or_train_tokenizer(settings, data)  # without it, the check runs
-    assert hashed == [1]
+    load_or_train_tokenizer(settings, sources)  # without it, the check runs
+    assert records_read == [1, 1] and opened and str(corpus) not in opened
+
+
+def test_files_of_a_folder_or_glob_are_named_by_their_path_in_it(tmp_path, capsys):
+    """Issue 48, item 10: a package's `__init__.py` files are told apart in what the tokenizer says."""
+    for i, package in enumerate(("alpha", "beta", "beta/inner")):
+        (tmp_path / "src" / package).mkdir(parents=True)
+        (tmp_path / "src" / package / "__init__.py").write_text(SAMPLE[i * 9000 : (i + 1) * 9000])
+    settings = TokenizerSettings(path=str(tmp_path / "tok"), vocab_size=300, show_progress=False)
+    data = DataSettings(train_files=[str(tmp_path / "src")], cache_dir=str(tmp_path / "cache"), show_progress=False)
+    load_or_train_tokenizer(settings, find_sources(data))
+    named = "alpha/__init__.py (9,000 bytes), beta/__init__.py (9,000 bytes), beta/inner/__init__.py (9,000 bytes)"
+    assert f"trained on {named}, train split" in capsys.readouterr().out
+    record = json.loads((tmp_path / "tok" / TRAINING_RECORD).read_text())["trained_on"]
+    assert [f["name"] for f in record["files"]] == ["alpha/__init__.py", "beta/__init__.py", "beta/inner/__init__.py"]
+    found = find_sources(DataSettings(train_files=[str(tmp_path / "src" / "*" / "__init__.py")])).train
+    assert [f.name for f in found.files] == ["alpha/__init__.py", "beta/__init__.py"]  # relative to the glob's folder
 
 
 @pytest.mark.parametrize("change", ["other-file", "edited-file", "validation-fraction", "vocab-size"])
@@ -221,7 +240,7 @@ def test_other_data_or_settings_refuse_and_leave_the_tokenizer_untouched(tmp_pat
         settings.vocab_size = 320
         wanted = "with tokenizer.vocab_size 300 (this config: 320)"
     with pytest.raises(ConfigError) as error:
-        load_or_train_tokenizer(settings, data)
+        load_or_train_tokenizer(settings, find_sources(data))
     message = str(error.value)
     assert wanted in message and "\n" not in message, message
     assert f"tokenizer.path={tmp_path}/" in message and "tokenizer.reuse=always" in message
@@ -231,7 +250,7 @@ def test_other_data_or_settings_refuse_and_leave_the_tokenizer_untouched(tmp_pat
     if change == "other-file":  # a training run suggests a folder of its own
         own = str(tmp_path / "run" / "tokenizer")
         with pytest.raises(ConfigError, match=f"e.g. tokenizer.path={own}\\)"):
-            load_or_train_tokenizer(settings, data, new_path=own)
+            load_or_train_tokenizer(settings, find_sources(data), new_path=own)
 
 
 def test_explicit_reuse_uses_a_tokenizer_trained_on_other_data(tmp_path, capsys):
@@ -242,7 +261,7 @@ def test_explicit_reuse_uses_a_tokenizer_trained_on_other_data(tmp_path, capsys)
     data.train_files = [str(other)]
     settings.reuse = "always"
     capsys.readouterr()
-    reused = load_or_train_tokenizer(settings, data)
+    reused = load_or_train_tokenizer(settings, find_sources(data))
     assert reused.get_vocab() == trained.get_vocab()
     out = capsys.readouterr().out
     assert out.startswith(f"tokenizer {settings.path}: 300 tokens, trained on a.txt (20,000 bytes)")
@@ -254,7 +273,7 @@ def test_explicit_reuse_uses_a_tokenizer_trained_on_other_data(tmp_path, capsys)
 def test_a_tokenizer_made_elsewhere_is_used_as_it_is(tokenizer, tmp_path, capsys):
     save_tokenizer(tokenizer, tmp_path / "tok")  # no settings: no training record
     data = DataSettings(train_files=[str(SHAKESPEARE)], show_progress=False)
-    loaded = load_or_train_tokenizer(TokenizerSettings(path=str(tmp_path / "tok"), vocab_size=300), data)
+    loaded = load_or_train_tokenizer(TokenizerSettings(path=str(tmp_path / "tok"), vocab_size=300), find_sources(data))
     assert len(loaded) == 400  # its own size, not the config's
     assert capsys.readouterr().out.splitlines() == [
         f"tokenizer {tmp_path / 'tok'}: 400 tokens, made elsewhere (no training record), used as it is"

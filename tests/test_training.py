@@ -207,11 +207,13 @@ def test_accumulation_2_x_batch_4_equals_batch_8(tmp_path, tokenizer_dir, monkey
 
 
 def tiny_trainer(tmp_path, tokenizer_dir, *overrides):
+    from minigpt.data.sources import find_sources
     from minigpt.data.tokenizer import load_or_train_tokenizer
 
     run = smoke_run(tmp_path, tokenizer_dir, *overrides)
-    tokenizer = load_or_train_tokenizer(run.tokenizer, run.data)
-    data = prepare_run_data(run.data, tokenizer, seed=run.training.seed, eval_tokens=run.training.eval_tokens)
+    sources = find_sources(run.data)
+    tokenizer = load_or_train_tokenizer(run.tokenizer, sources)
+    data = prepare_run_data(sources, tokenizer, seed=run.training.seed, eval_tokens=run.training.eval_tokens)
     model = new_model(build_model_config(run.model, tokenizer), run)
     return build_trainer(run, training_arguments(run), model, tokenizer, data)
 
@@ -519,3 +521,21 @@ def test_final_holds_the_best_evaluations_model_when_later_ones_are_worse(tmp_pa
     assert saved.keys() == kept.keys() and all(torch.equal(saved[k], kept[k]) for k in saved)
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["final_step"] == best
     assert f"(step {best}'s: later evaluations were worse)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("content", [b"", b"\xff\xfe not text"], ids=["empty", "not-utf8"])
+def test_a_bad_data_file_is_one_line_before_anything_heavy(tmp_path, content):
+    """Found and checked before torch or datasets load (#48): one `error:` line, exit 2, nothing else
+    printed or written."""
+    bad = tmp_path / "corpus.txt"
+    bad.write_bytes(content)
+    blocker = (
+        "import sys\nclass B:\n    def find_spec(self, name, *a):\n        if name.split('.')[0] in ('torch', 'datasets'):\n"
+        "            raise ImportError(name)\nsys.meta_path.insert(0, B())\n"
+    )
+    argv = [str(TRAIN_SCRIPT), str(SMOKE), f"data.train_files=[{bad}]", f"training.output_dir={tmp_path / 'run'}"]
+    code = blocker + f"import runpy; sys.argv = {argv!r}; runpy.run_path(sys.argv[0], run_name='__main__')"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: ") and str(bad) in proc.stderr
+    assert not (tmp_path / "run").exists()

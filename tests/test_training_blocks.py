@@ -10,8 +10,9 @@ from conftest import REPO_ROOT, small_run, write_small_corpus
 from safetensors.torch import load_file
 from transformers import TrainerCallback, TrainerState
 
-from minigpt.data.packing import block_features
-from minigpt.data.training_blocks import TrainingBlocks, epoch_offset
+from minigpt.data import run_data
+from minigpt.data.corpus import block_features
+from minigpt.data.run_data import TrainingBlocks, epoch_offset
 from minigpt.pipeline import run_training
 from minigpt.training.callbacks import EpochCallback
 from minigpt.training.interrupt import StopController
@@ -114,8 +115,12 @@ def test_without_the_setting_training_reads_the_packed_blocks(tmp_path, monkeypa
     corpus = write_small_corpus(tmp_path)
     unshifted = ("data.shift_blocks=false", "training.max_steps=6")
     run_training(small_run(tmp_path / "zero-copy", corpus, *unshifted))
-    with monkeypatch.context() as patched:  # Trainer reads the Arrow rows through datasets itself
-        patched.setattr(TrainingBlocks, "readable", staticmethod(lambda blocks: False))
+    class ThroughDatasets:  # Trainer reads the Arrow rows through datasets itself
+        def __new__(cls, blocks, seed, shift):
+            return blocks
+
+    with monkeypatch.context() as patched:
+        patched.setattr(run_data, "TrainingBlocks", ThroughDatasets)
         run_training(small_run(tmp_path / "datasets", corpus, *unshifted))
     zero_copy = load_file(tmp_path / "zero-copy" / "final" / "model.safetensors")
     through_datasets = load_file(tmp_path / "datasets" / "final" / "model.safetensors")

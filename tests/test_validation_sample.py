@@ -12,8 +12,9 @@ import pytest
 from conftest import REPO_ROOT, small_run, write_small_corpus
 
 from minigpt.data.corpus import prepare_corpus
+from minigpt.data.run_data import sample_indices, validation_sample
+from minigpt.data.sources import find_sources
 from minigpt.data.tokenizer import load_tokenizer
-from minigpt.data.validation_sample import sample_indices, validation_sample
 from minigpt.pipeline import run_training
 from minigpt.training.run_config import load_run_config
 from minigpt.training.trainer import MiniGPTTrainer
@@ -71,7 +72,7 @@ def evaluated_rows(tmp_path, monkeypatch, name: str, *overrides: str):
 
 
 def validation_rows(run) -> list[tuple]:
-    corpus = prepare_corpus(run.data, load_tokenizer(run.tokenizer.path))  # the run's cached blocks
+    corpus = prepare_corpus(find_sources(run.data), load_tokenizer(run.tokenizer.path))  # the run's cached blocks
     return [tuple(row) for row in corpus.validation["input_ids"]]
 
 

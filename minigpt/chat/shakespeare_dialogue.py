@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomic import atomic_write_file
+from ..data.raw_corpus import load_raw_corpus
 from ..data.settings import DataSettings
-from ..data.sources import iter_texts, load_raw_corpus
+from ..data.sources import find_sources
+from ..data.text_rows import iter_texts
 from ..errors import DataError
 
 MAX_TURNS = 4  # speeches per conversation at most: two short exchanges fit the default run's 128-token context
@@ -93,7 +95,7 @@ def validation_start(corpus: Path, fraction: float, split: str) -> int:
             cache_dir=cache,
             show_progress=False,
         )
-        raw = load_raw_corpus(settings)
+        raw = load_raw_corpus(find_sources(settings))
         validation = "".join(iter_texts(raw.validation))
     text = corpus.read_text(encoding="utf-8")
     if not text.endswith(validation):

@@ -1,15 +1,9 @@
 """The chat format every MiniGPT tokenizer carries: ChatML role tokens and its Jinja template.
 
-ChatML (`<|im_start|>role\\ncontent<|im_end|>\\n`) is what Qwen models use; transformers applies it
-from `tokenizer.chat_template`, and llama.cpp recognises it in a GGUF's `tokenizer.chat_template`
-(any template holding `<|im_start|>`), so a model exported to a stock architecture or to GGUF chats
-without a hand-written template.
-
-The assistant's turns are wrapped in `{% generation %}` ... `{% endgeneration %}`, so
-`apply_chat_template(..., return_assistant_tokens_mask=True)` marks the tokens the model is trained
-to write: the reply and its `<|im_end|>` (the model learns to stop), never the role header
-(`<|im_start|>assistant\\n`), which the template writes itself. Runtimes that do not know the markers
-(llama.cpp's Jinja) get `template_without_generation_markers`.
+ChatML (`<|im_start|>role\\ncontent<|im_end|>\\n`) is Qwen's; transformers applies it from
+`tokenizer.chat_template` and llama.cpp recognises it in a GGUF. The assistant's turns are wrapped in
+`{% generation %}` markers, so `apply_chat_template(..., return_assistant_tokens_mask=True)` marks
+what the model is trained to write: each reply and its `<|im_end|>`, never the role header.
 """
 
 from __future__ import annotations
@@ -49,8 +43,7 @@ _GENERATION_MARKER = re.compile(r"\{%-?\s*(end)?generation\s*-?%\}")
 
 
 def template_without_generation_markers(template: str = CHAT_TEMPLATE) -> str:
-    """`template` with its `{% generation %}` / `{% endgeneration %}` tags removed: the same text for
-    runtimes whose Jinja does not know them (llama.cpp, transformers 4.x before 4.43)."""
+    """`template` without its `{% generation %}` tags, for runtimes that do not know them (llama.cpp)."""
     return _GENERATION_MARKER.sub("", template)
 
 
@@ -60,18 +53,15 @@ def end_of_turn_id(tokenizer: PreTrainedTokenizerBase) -> int | None:
 
 
 def stop_token_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
-    """The ids generation stops at: the end-of-text token, and `IM_END` when the tokenizer has it
-    (a chat reply ends there; a base model's text at the end of text)."""
+    """The ids generation stops at: the end-of-text token, and `IM_END` when the tokenizer has it."""
     ids = [tokenizer.eos_token_id, end_of_turn_id(tokenizer)]
     return list(dict.fromkeys(i for i in ids if i is not None))
 
 
 def add_chat_tokens(tokenizer: PreTrainedTokenizerBase) -> tuple[str | None, list[int]]:
     """Give `tokenizer` ChatML's role tokens (special tokens after its vocabulary, as TRL's
-    `setup_chat_format` does) and `CHAT_TEMPLATE`, in place, where it lacks them. Returns the one
-    line saying what was added (None: nothing) and the ids of the tokens added. Tokenizers MiniGPT
-    trains carry both already; a model trained without them needs embedding rows for the new ids
-    (`minigpt.data.chat_ready.fit_embeddings`)."""
+    `setup_chat_format`) and `CHAT_TEMPLATE` where it lacks them, in place: (the line saying what was
+    added or None, the ids added, which a trained model needs rows for: `chat_ready.fit_embeddings`)."""
     before = len(tokenizer)
     missing = [token for token in CHAT_TOKENS if token not in tokenizer.get_vocab()]
     done = []

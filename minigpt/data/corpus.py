@@ -1,11 +1,11 @@
-"""From raw text to packed, cached blocks of `block_size` tokens (`datasets` all the way).
+"""From found `Sources` to packed, cached blocks of `block_size` tokens: `prepare_corpus`.
 
-`prepare_corpus` loads the sources (`data_sources`), tokenizes them with `Dataset.map`, packs the
-token stream into blocks (`packing`) and caches the result under
-`<cache_dir>/blocks/<key>/`, where the key hashes every setting that changes the blocks, the
-tokenizer and the input files' bytes. A second run with the same key reuses the blocks
-(memory-mapped Arrow files, nothing re-read); any change prepares new ones. The folder appears
-whole or not at all (built in a staging folder, then renamed).
+The raw text (`raw_corpus`) is tokenized by a `Dataset.map(num_proc=...)`, then packed in one
+sequential pass that carries the unfinished block from batch to batch, so the only tokens not used
+are the last `< block_size` of each split (a batched map cannot carry state; run_clm's packing drops
+a remainder per batch). The blocks are cached under `<cache_dir>/blocks/<key>/`, the key a hash of
+every setting that changes them, the tokenizer and the sources' key; a second run with the same key
+reuses them (memory-mapped Arrow). The folder appears whole or not at all (staging, then a rename).
 """
 
 from __future__ import annotations
@@ -19,25 +19,24 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import datasets
+import numpy as np
+import pyarrow as pa
+from datasets.arrow_writer import ArrowWriter
+from tokenizers import Tokenizer
+from tqdm.auto import tqdm
 
 from ..atomic import atomic_output_dir, atomic_write_file
 from ..console import datasets_progress_bars, plural
 from ..distributed import is_main_process
 from ..errors import ConfigError, DataError
 from .corpus_report import REPORT_FILE, CorpusReport, build_report, read_report
-from .packing import (
-    data_tokenizer,
-    map_batch_rows,
-    tokenize_batch,
-    tokenize_rows_as_lists,
-    tokenized_features,
-    write_blocks,
-)
-from .settings import DataSettings, check_block_size
-from .sources import content_fingerprint, detect_format, load_raw_corpus, source_files
+from .raw_corpus import load_raw_corpus
+from .settings import check_block_size
+from .sources import Sources
+from .text_rows import PIECE_CHARS, RawSplit
 from .tokenizer import tokenizer_fingerprint
 
 if TYPE_CHECKING:
@@ -45,47 +44,43 @@ if TYPE_CHECKING:
 
 CACHE_FORMAT_VERSION = 2  # bump when the pipeline's output changes for the same inputs
 META_FILE = "meta.json"
-PARALLELISM_VARIABLE = "TOKENIZERS_PARALLELISM"  # read by tokenizers at each call
+TOKEN_DTYPE = "int32"  # ids < 2**31; half the disk of int64
+PACK_BATCH_ROWS = 10_000  # tokenized rows sliced per step of the packing loop (views: no copy)
+# Text per map batch: rows run from 100-byte JSON lines to 64K-character pieces of text files, and a
+# batch's encodings hold tens of bytes per token: batches stay about this small.
+BATCH_TEXT_BYTES = 4 << 20
 
 
 @dataclass
 class SplitStats:
-    """Sizes of one prepared split. (Bits per byte sums the bytes of the scored tokens instead:
-    `minigpt.data.token_bytes`.)"""
+    """Sizes of one prepared split (bits per byte sums the bytes of the scored tokens instead)."""
 
-    documents: int  # documents (a text file, or a json/parquet row) in the split
+    documents: int  # documents (a text file, a json/parquet row, a conversation)
     bytes: int  # UTF-8 bytes of the split's text
     tokens: int  # tokens of the split, one EOS per document end included
-    blocks: int  # packed rows of block_size tokens
-    dropped_tokens: int  # last tokens of the split that did not fill a block (< block_size)
+    blocks: int  # rows: packed blocks of block_size tokens, or conversations
+    dropped_tokens: int  # tokens left out: the split's last (< block_size), or of conversations too long
 
 
 @dataclass
 class PreparedCorpus:
-    """Packed train and validation blocks: columns `input_ids` and `labels` (equal), int32."""
+    """Train and validation rows of `input_ids` and `labels` (equal in blocks; the model shifts them)."""
 
-    train: datasets.Dataset  # memory-mapped from cache_dir/train.arrow; rows of block_size tokens
+    train: datasets.Dataset  # memory-mapped from cache_dir/train.arrow
     validation: datasets.Dataset  # memory-mapped from cache_dir/validation.arrow
     train_stats: SplitStats
     validation_stats: SplitStats
-    block_size: int  # tokens per row
-    vocab_size: int  # len(tokenizer) the blocks were made with
+    block_size: int  # tokens per row (at most, for conversations)
+    vocab_size: int  # len(tokenizer) the rows were made with
     eos_token_id: int  # id placed between documents
-    tokenizer_fingerprint: str  # tokenization.tokenizer_fingerprint of that tokenizer
-    cache_dir: Path  # the folder holding this corpus's blocks
-    reused: bool  # True when the blocks came from the cache
-    report: CorpusReport | None = None  # the corpus report (prepare_corpus; None for conversations)
-
-    @property
-    def validation_bytes_per_token(self) -> float:
-        """Bytes of validation text per token of the split (its end-of-text separators included)."""
-        return self.validation_stats.bytes / self.validation_stats.tokens
+    tokenizer_fingerprint: str  # `tokenizer_fingerprint` of that tokenizer
+    cache_dir: Path  # the folder holding the rows
+    reused: bool = True  # the rows came from the cache
+    report: CorpusReport | None = None  # the corpus report (None for conversations)
 
     def describe(self) -> str:
         """Lines for a CLI: sizes per split and where the blocks live."""
-        lines = [
-            f"blocks of {self.block_size} tokens in {self.cache_dir}" + (" (reused)" if self.reused else "")
-        ]
+        lines = [f"blocks of {self.block_size} tokens in {self.cache_dir}" + (" (reused)" if self.reused else "")]
         for name, s in (("train", self.train_stats), ("validation", self.validation_stats)):
             lines.append(
                 f"  {name}: {plural(s.documents, 'document')}, {s.bytes:,} bytes, {s.tokens:,} tokens "
@@ -94,146 +89,112 @@ class PreparedCorpus:
         return "\n".join(lines)
 
 
-def cache_key(settings: DataSettings, tokenizer_id: str, inputs_id: str, fmt: str) -> str:
-    """Hash of what decides the blocks; not num_proc, batch_size, streaming, progress bars, how
-    training reads them (shift_blocks) or the report's sample (the report beside the blocks is
-    redone alone when that changes)."""
-    decisive = asdict(settings)
+def prepare_corpus(
+    sources: Sources, tokenizer: PreTrainedTokenizerFast, max_position_embeddings: int | None = None
+) -> PreparedCorpus:
+    """Packed, cached train/validation blocks of `sources` for `tokenizer`; `DataError`/`ConfigError`
+    (one line) for unusable data or settings, no partial cache left. With the model's
+    `max_position_embeddings`, data.block_size is checked against it first."""
+    settings = sources.settings
+    if max_position_embeddings is not None:
+        check_block_size(settings.block_size, max_position_embeddings)
+    if tokenizer.eos_token_id is None:
+        raise ConfigError("the tokenizer has no eos_token; documents cannot be separated")
+    tokenizer_id = tokenizer_fingerprint(tokenizer)
+    target = Path(settings.cache_dir) / "blocks" / cache_key(sources, tokenizer_id)
+    if (target / META_FILE).is_file():
+        if is_main_process():  # under `accelerate launch` the other processes load silently
+            print(f"reusing prepared blocks in {target}")
+        corpus = load_prepared(target)
+        corpus.report = read_report(target, settings) or _report_again(target, sources, corpus)
+        return corpus
+    print(f"preparing blocks in {target}")
+    with datasets_progress_bars(settings.show_progress), atomic_output_dir(target) as staging:
+        meta = _prepare_into(staging, sources, tokenizer)
+        files = sources.train.paths + (sources.validation.paths if sources.validation else [])
+        # the sources by count and first name: a list of every file would grow with the corpus
+        meta.update(tokenizer_fingerprint=tokenizer_id, format=sources.train.format, source_files=len(files))
+        meta.update(first_source=str(files[0]))
+        (staging / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    corpus = load_prepared(target)
+    corpus.reused, corpus.report = False, read_report(target, settings)
+    return corpus
+
+
+def cache_key(sources: Sources, tokenizer_id: str) -> str:
+    """Hash of what decides the blocks; not how they are made or read, nor the report's sample."""
+    decisive = asdict(sources.settings)
     left_out = ("cache_dir", "num_proc", "batch_size", "streaming", "show_progress", "format", "shift_blocks")
     for key in (*left_out, "report_max_documents"):
         decisive.pop(key)
     if not decisive["dedup"]:  # off: the keys of blocks prepared before data.dedup existed
         decisive.pop("dedup")
-    decisive.update(format=fmt, tokenizer=tokenizer_id, inputs=inputs_id, version=CACHE_FORMAT_VERSION)
+    decisive.update(format=sources.train.format, tokenizer=tokenizer_id, inputs=sources.key, version=CACHE_FORMAT_VERSION)
     return hashlib.sha256(json.dumps(decisive, sort_keys=True).encode()).hexdigest()[:20]
 
 
-@contextlib.contextmanager
-def _frozen_gc(active: bool) -> Iterator[None]:
-    """Keep forked map workers from copying the parent's heap.
-
-    A worker's garbage collector walks the objects it inherited, which writes to their pages and
-    makes copy-on-write duplicate them (hundreds of MB per worker with torch imported, growing
-    with the work done); frozen objects are never walked.
-    """
-    if active:
-        gc.collect()
-        gc.freeze()
-    try:
-        yield
-    finally:
-        if active:
-            gc.unfreeze()
-
-
-@contextlib.contextmanager
-def _single_threaded_tokenizers(active: bool) -> Iterator[None]:
-    """Map workers that tokenize with one thread each (one process per core already uses the
-    cores; threads on top would only contend), and without tokenizers' warning about a fork after
-    its threads ran (the tokenizer may have just been trained in this process). Forked workers
-    inherit the variable; it is put back for this process, which tokenizes with threads alone."""
-    if not active:
-        yield
-        return
-    saved = os.environ.get(PARALLELISM_VARIABLE)
-    os.environ[PARALLELISM_VARIABLE] = "false"
-    try:
-        yield
-    finally:
-        if saved is None:
-            del os.environ[PARALLELISM_VARIABLE]
-        else:
-            os.environ[PARALLELISM_VARIABLE] = saved
-
-
-def prepare_corpus(
-    settings: DataSettings, tokenizer: PreTrainedTokenizerFast, max_position_embeddings: int | None = None
-) -> PreparedCorpus:
-    """Packed, cached train/validation blocks of `settings.block_size` tokens for `tokenizer`.
-
-    Raises `DataError`/`ConfigError` (one line) for unusable data or settings; leaves no partial
-    cache behind. Pass the model's `max_position_embeddings` to check block_size against it early.
-    """
-    settings.validate()
-    if max_position_embeddings is not None:
-        check_block_size(settings.block_size, max_position_embeddings)
-    if tokenizer.eos_token_id is None:
-        raise ConfigError("the tokenizer has no eos_token; documents cannot be separated")
-    train_paths, validation_paths = source_files(settings)
-    fmt = detect_format(train_paths, settings.format)
-    known = settings.cache_dir  # digests of files not changed since a run before are not read again
-    inputs_id = content_fingerprint(train_paths, cache_dir=known) + content_fingerprint(validation_paths, cache_dir=known)
-    tokenizer_id = tokenizer_fingerprint(tokenizer)
-    target = Path(settings.cache_dir) / "blocks" / cache_key(settings, tokenizer_id, inputs_id, fmt)
-    if (target / META_FILE).is_file():
-        if is_main_process():  # under `accelerate launch` the other processes load silently
-            print(f"reusing prepared blocks in {target}")
-        corpus = load_prepared(target)
-        corpus.report = read_report(target, settings) or _report_again(target, settings, corpus)
-        return corpus
-    print(f"preparing blocks in {target}")
-    with datasets_progress_bars(settings.show_progress), atomic_output_dir(target) as staging:
-        meta = _prepare_into(staging, settings, tokenizer)
-        # the sources by count and first name: a list of every file would grow with the corpus
-        meta.update(tokenizer_fingerprint=tokenizer_id, format=fmt, source_files=len(train_paths) + len(validation_paths))
-        meta.update(first_source=str(train_paths[0]))
-        (staging / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-    corpus = load_prepared(target)
-    corpus.reused = False
-    corpus.report = read_report(target, settings)
-    return corpus
-
-
-def _report_again(target: Path, settings: DataSettings, corpus: PreparedCorpus) -> CorpusReport:
-    """The report for cached blocks that have none, or one of another sample: the raw text compared
-    again (datasets' Arrow copy of it, not the sources) and the report saved beside the blocks."""
-    with datasets_progress_bars(settings.show_progress):
-        raw = load_raw_corpus(settings)
-    report = build_report(raw, settings, corpus.train_stats.tokens, corpus.validation_stats.tokens)
+def _report_again(target: Path, sources: Sources, corpus: PreparedCorpus) -> CorpusReport:
+    """The report for cached blocks without one, or with one of another sample, saved beside them."""
+    with datasets_progress_bars(sources.settings.show_progress):
+        raw = load_raw_corpus(sources)
+    report = build_report(raw, sources.settings, corpus.train_stats.tokens, corpus.validation_stats.tokens)
     with atomic_write_file(target / REPORT_FILE) as handle:
         json.dump(report.to_dict(), handle, indent=2)
     return report
 
 
-def _prepare_into(staging: Path, settings: DataSettings, tokenizer: PreTrainedTokenizerFast) -> dict:
+@contextlib.contextmanager
+def _forking(active: bool) -> Iterator[None]:
+    """For map workers forked from this process: the parent's heap frozen (a worker's garbage
+    collector would otherwise touch, and so copy, hundreds of MB of inherited pages) and one
+    tokenizer thread each (a process per core already uses the cores; no warning about a fork after
+    threads ran). The variable is put back for this process."""
+    if not active:
+        yield
+        return
+    gc.collect()
+    gc.freeze()
+    saved = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        if saved is None:
+            del os.environ["TOKENIZERS_PARALLELISM"]
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = saved
+
+
+def _prepare_into(staging: Path, sources: Sources, tokenizer: PreTrainedTokenizerFast) -> dict:
     """Tokenize and pack both splits into `staging`; return the meta record (stats per split)."""
-    raw = load_raw_corpus(settings)
+    settings = sources.settings
+    raw = load_raw_corpus(sources)
     backend = data_tokenizer(tokenizer)
     work = staging / "work"  # intermediate tokenized Arrow files, deleted before the rename
     work.mkdir()
     stats = {}
     for split in (raw.train, raw.validation):
-        kwargs = dict(tokenizer=backend, eos_id=tokenizer.eos_token_id)
         columns = ["text", "end"] if split.by_document else ["text"]  # text files' rows: end of a document
         batch = map_batch_rows(split, settings.batch_size)
-        common = dict(batched=True, batch_size=batch, input_columns=columns, fn_kwargs=kwargs)
-        if settings.streaming:  # lazily mapped as the packer reads; one process
-            tokenized = split.dataset.map(
-                tokenize_rows_as_lists, remove_columns=split.dataset.column_names, **common
-            )
+        common = dict(batched=True, batch_size=batch, input_columns=columns, remove_columns=split.dataset.column_names)
+        common["fn_kwargs"] = dict(tokenizer=backend, eos_id=tokenizer.eos_token_id)
+        if settings.streaming:  # mapped lazily as the packer reads; one process
+            tokenized = split.dataset.map(lambda *c, **k: tokenize_batch(*c, **k).to_pydict(), **common)
         else:
             processes = min(settings.processes(), max(1, -(-split.rows // batch)))
-            with _frozen_gc(processes > 1), _single_threaded_tokenizers(processes > 1):
+            with _forking(processes > 1):
                 tokenized = split.dataset.map(
                     tokenize_batch,
-                    remove_columns=split.dataset.column_names,
-                    features=tokenized_features(),
+                    features=datasets.Features({"input_ids": datasets.List(datasets.Value(TOKEN_DTYPE))}),
                     num_proc=processes if processes > 1 else None,
                     cache_file_name=str(work / f"tokenized-{split.name}.arrow"),
                     desc=f"tokenizing {split.name}",
                     **common,
                 )
-        packed = write_blocks(
-            tokenized,
-            staging / f"{split.name}.arrow",
-            settings.block_size,
-            split.rows,
-            settings.show_progress,
-        )
+        packed = write_blocks(tokenized, staging / f"{split.name}.arrow", settings.block_size, split.rows, settings.show_progress)
         del tokenized
-        stats[split.name] = SplitStats(
-            split.documents, split.bytes, packed.tokens, packed.blocks, packed.dropped_tokens
-        )
+        stats[split.name] = SplitStats(split.documents, split.bytes, *packed)
     shutil.rmtree(work)
     short = {name: s.tokens for name, s in stats.items() if s.blocks == 0}
     if short:
@@ -254,36 +215,149 @@ def _prepare_into(staging: Path, settings: DataSettings, tokenizer: PreTrainedTo
 
 
 def load_prepared(folder: str | Path) -> PreparedCorpus:
-    """Open a prepared-blocks folder written by `prepare_corpus` (memory-mapped, nothing copied)."""
+    """Open a folder written by `prepare_corpus` or `prepare_chat_corpus` (memory-mapped, nothing copied)."""
     folder = Path(folder)
     try:
         meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise DataError(f"{folder} holds no prepared blocks ({META_FILE} missing)") from None
-    splits = {
-        name: datasets.Dataset.from_file(str(folder / f"{name}.arrow")) for name in ("train", "validation")
-    }
+    splits = {name: datasets.Dataset.from_file(str(folder / f"{name}.arrow")) for name in ("train", "validation")}
     stats = {name: SplitStats(**meta["stats"][name]) for name in splits}
     for name, dataset in splits.items():
         if dataset.num_rows != stats[name].blocks:
-            raise DataError(
-                f"{folder}/{name}.arrow has {dataset.num_rows} blocks, {META_FILE} says {stats[name].blocks}"
-            )
-    return prepared_from_meta(folder, meta, splits)
+            raise DataError(f"{folder}/{name}.arrow has {dataset.num_rows} blocks, {META_FILE} says {stats[name].blocks}")
+    keys = ("block_size", "vocab_size", "eos_token_id", "tokenizer_fingerprint")
+    return PreparedCorpus(*splits.values(), *stats.values(), *(meta[k] for k in keys), cache_dir=folder)
 
 
-def prepared_from_meta(folder: Path, meta: dict, splits: dict[str, datasets.Dataset]) -> PreparedCorpus:
-    """A reused `PreparedCorpus` from a cache folder's meta record and its opened train/validation
-    splits (text blocks here, encoded conversations in `minigpt.data.chat_corpus`)."""
-    return PreparedCorpus(
-        train=splits["train"],
-        validation=splits["validation"],
-        train_stats=SplitStats(**meta["stats"]["train"]),
-        validation_stats=SplitStats(**meta["stats"]["validation"]),
-        block_size=meta["block_size"],
-        vocab_size=meta["vocab_size"],
-        eos_token_id=meta["eos_token_id"],
-        tokenizer_fingerprint=meta["tokenizer_fingerprint"],
-        cache_dir=folder,
-        reused=True,
-    )
+def check_compatible(
+    tokenizer: PreTrainedTokenizerFast,
+    vocab_size: int,
+    *,
+    max_position_embeddings: int | None = None,
+    bos_token_id: int | None = None,
+    eos_token_id: int | None = None,
+    pad_token_id: int | None = None,
+    corpus: PreparedCorpus | None = None,
+    allow_larger_vocab: bool = False,
+) -> None:
+    """A one-line `ConfigError` unless the tokenizer, the model config's values (`vocab_size`, the
+    ids not None) and the prepared corpus agree: a smaller embedding crashes mid-run, other special ids
+    generate and pad wrongly, blocks of another tokenizer mean other text. The model's vocabulary may
+    exceed `len(tokenizer)` only with `allow_larger_vocab` (an embedding padded for speed, say)."""
+    size = len(tokenizer)  # includes added special tokens, unlike tokenizer.vocab_size
+    if vocab_size < size or (vocab_size > size and not allow_larger_vocab):
+        raise ConfigError(f"the model's vocab_size is {vocab_size} but the tokenizer has {size} tokens")
+    for name, model_id in (("bos", bos_token_id), ("eos", eos_token_id), ("pad", pad_token_id)):
+        token_id = getattr(tokenizer, f"{name}_token_id")
+        if model_id is not None and model_id != token_id:
+            raise ConfigError(f"the model's {name}_token_id is {model_id} but the tokenizer's is {token_id}")
+    if corpus is None:
+        return
+    if corpus.tokenizer_fingerprint != tokenizer_fingerprint(tokenizer):
+        raise ConfigError(f"the prepared blocks in {corpus.cache_dir} were tokenized by another tokenizer; prepare the data again")
+    if corpus.vocab_size != size or corpus.eos_token_id != tokenizer.eos_token_id:
+        raise ConfigError(
+            f"the prepared blocks in {corpus.cache_dir} use vocab {corpus.vocab_size} and eos id "
+            f"{corpus.eos_token_id}, the tokenizer {size} and {tokenizer.eos_token_id}"
+        )
+    if max_position_embeddings is not None:
+        check_block_size(corpus.block_size, max_position_embeddings)
+
+
+# ---- tokenizing and packing ----------------------------------------------------------------------
+
+
+def data_tokenizer(tokenizer: PreTrainedTokenizerFast) -> Tokenizer:
+    """A copy of the tokenizer's backend that reads special-token text as plain text: a document holding
+    the string "<|endoftext|>" must not inject an EOS id (only the pipeline places EOS)."""
+    backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+    backend.encode_special_tokens = True
+    backend.no_truncation()
+    backend.no_padding()
+    return backend
+
+
+def tokenize_batch(
+    texts: list[str | None], ends: list[bool] | None = None, *, tokenizer: Tokenizer, eos_id: int
+) -> pa.Table:
+    """`Dataset.map` function over `text` (and text files' `end`: None = every row is a document): the
+    token ids of each row, EOS after a row that ends a document (an empty row gives none), as one int32
+    Arrow array per batch (4 bytes a token, no Python ints)."""
+    texts = [text or "" for text in texts]
+    ends = [bool(text) for text in texts] if ends is None else ends
+    rows = []
+    for encoding, end in zip(tokenizer.encode_batch_fast(texts, add_special_tokens=False), ends, strict=True):
+        rows.append(np.asarray(encoding.ids + [eos_id] * end, dtype=np.int32))
+    offsets = np.concatenate([[0], np.cumsum([len(r) for r in rows], dtype=np.int64)]).astype(np.int32)
+    values = np.concatenate(rows) if rows else np.empty(0, dtype=np.int32)
+    return pa.table({"input_ids": pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))})
+
+
+def map_batch_rows(split: RawSplit, most_rows: int) -> int:
+    """Rows per map batch: `most_rows`, fewer for long rows, so a batch holds about BATCH_TEXT_BYTES
+    (text files' rows: at most 4x that, all rows at their longest of 2 x PIECE_CHARS)."""
+    rows = BATCH_TEXT_BYTES // max(split.bytes // max(split.rows, 1), 1)
+    if split.by_document:
+        rows = min(rows, 4 * BATCH_TEXT_BYTES // (2 * PIECE_CHARS))
+    return max(1, min(most_rows, rows))
+
+
+def block_features(block_size: int) -> datasets.Features:
+    """input_ids and labels as fixed-size lists (labels = input_ids; the model shifts them)."""
+    column = datasets.List(datasets.Value(TOKEN_DTYPE), length=block_size)
+    return datasets.Features({"input_ids": column, "labels": column})
+
+
+class PackResult(NamedTuple):
+    tokens: int  # tokens in the split's stream, EOS included
+    blocks: int  # full blocks written
+    dropped_tokens: int  # final tokens that did not fill a block (< block_size)
+
+
+def write_blocks(
+    tokenized: datasets.Dataset | datasets.IterableDataset,
+    path: Path,
+    block_size: int,
+    total_rows: int | None = None,
+    show_progress: bool = True,
+) -> PackResult:
+    """Pack the token stream of `tokenized` into blocks written to the Arrow file `path`. Blocks are written from zero-copy views of the tokenized rows; only a
+    block that spans two chunks is copied, so memory grows with neither the batch nor the corpus."""
+    writer = ArrowWriter(features=block_features(block_size), path=str(path))
+    carry = np.empty(0, dtype=np.int32)  # tokens of the unfinished block, carried to the next chunk
+    tokens = blocks = 0
+    bar = tqdm(total=total_rows, desc=f"packing {path.stem}", unit=" rows", disable=not show_progress)
+
+    def write(stream: np.ndarray) -> None:  # whole blocks only
+        column = pa.FixedSizeListArray.from_arrays(pa.array(stream, type=pa.int32()), block_size)  # (blocks, block_size), no copy
+        writer.write_table(pa.table({"input_ids": column, "labels": column}))
+
+    if isinstance(tokenized, datasets.Dataset):
+        arrow = tokenized.with_format("arrow")
+        batches = (arrow[i : i + PACK_BATCH_ROWS] for i in range(0, tokenized.num_rows, PACK_BATCH_ROWS))
+    else:  # a stream's batches are built in memory: smaller ones
+        batches = tokenized.with_format("arrow").iter(batch_size=256)
+    try:
+        for table in batches:
+            for chunk in table.column("input_ids").chunks:  # never concatenated: a copy of the batch
+                flat = chunk.flatten().to_numpy(zero_copy_only=False).astype(np.int32, copy=False)  # respects slices
+                tokens += len(flat)
+                start = 0
+                if len(carry):  # complete the carried block first
+                    start = min(block_size - len(carry), len(flat))
+                    carry = np.concatenate([carry, flat[:start]])
+                    if len(carry) == block_size:
+                        write(carry)
+                        blocks, carry = blocks + 1, np.empty(0, dtype=np.int32)
+                full = (len(flat) - start) // block_size
+                if full:
+                    write(flat[start : start + full * block_size])
+                    blocks += full
+                if not len(carry):
+                    carry = flat[start + full * block_size :].copy()
+                bar.update(len(chunk))
+    finally:
+        bar.close()
+        writer.finalize()  # closes the file; a failed split is inside a staging folder that is discarded
+    return PackResult(tokens, blocks, len(carry))

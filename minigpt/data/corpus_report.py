@@ -1,19 +1,12 @@
 """A report on the corpus before training: its size, its duplicates, and what a plan makes of it.
 
-Computed where the blocks are prepared (`corpus.prepare_corpus`), from the raw splits' text and
-the prepared splits' tokens, and cached beside the blocks (`REPORT_FILE`): a run that reuses the
-blocks reads it, no text is scanned again. It holds, per split, documents, bytes, tokens and bytes
-per token; the exact and near-duplicate documents within the training split (`duplicates.py`);
-and the validation documents that copy a training document, which make validation flatter the
-model. Training adds its plan (`with_plan`): the epochs and tokens per parameter the run's steps
-imply, in the sizing rule's terms (training/sizing.py: effective tokens per matmul parameter). A
-run prints `lines()` at its start and writes the report into its folder.
-
-Bounded: at most `data.report_max_documents` documents and REPORT_MAX_BYTES of their text are
-compared, drawn by `data.seed` across each split (each document up to its first PREFIX_CHARS
-characters), so a 10 GB corpus costs seconds. Counts from a sample are counts in the sample, said
-so: a copy is found only when both it and its original are drawn, and how many more the corpus
-holds depends on how its copies cluster, which a sample cannot tell.
+Built where the blocks are prepared and cached beside them (`REPORT_FILE`): per split documents,
+bytes, tokens; the exact and near-duplicate documents of training (`duplicates.py`); the validation
+documents that copy a training one (they make validation flatter the model). Training adds its plan
+(`with_plan`: epochs and tokens per parameter), prints `lines()` and writes the report into the run.
+At most `data.report_max_documents` documents and REPORT_MAX_BYTES of their text are compared, drawn
+by `data.seed` across each split, so a 10 GB corpus costs seconds; counts from a sample say so (a
+copy is found only when both it and its original are drawn).
 """
 
 from __future__ import annotations
@@ -27,9 +20,10 @@ from typing import Any
 import numpy as np
 
 from ..console import plural
-from .duplicates import PREFIX_CHARS, THRESHOLD, Copy, DuplicateIndex, join_documents
+from .duplicates import PREFIX_CHARS, THRESHOLD, DuplicateIndex, document_batches, join_documents
+from .raw_corpus import RawCorpus
 from .settings import DataSettings, seeded_unit
-from .sources import RawCorpus, RawSplit, arrow_batches, document_batches, row_bytes, size_columns
+from .text_rows import document_sizes
 
 REPORT_FILE = "corpus_report.json"  # beside the prepared blocks, and in a run's folder
 REPORT_VERSION = 1  # bump when the same corpus gives another report
@@ -44,8 +38,7 @@ EPOCHS_WORTH_REPEATING = 4
 class SplitScan:
     """What comparing one split's documents found."""
 
-    documents: int  # documents with text in the split
-    compared: int  # documents compared (all of them, or the sample)
+    compared: int = 0  # documents compared (all of them, or the sample)
     exact: int = 0  # training: copies of an earlier training document; validation: of a training one
     near: int = 0
 
@@ -59,7 +52,7 @@ class CorpusReport:
     duplicates: dict[str, Any]  # within training: compared (documents), exact, near (copies found)
     validation_in_train: dict[str, Any]  # validation documents: compared, exact, near (copies of training ones)
     sample: dict[str, Any]  # whole (bool: every document compared), max_documents, max_bytes, seed, version
-    dedup: dict[str, Any] | None = None  # what data.dedup removed before this (sources.RawCorpus.dedup)
+    dedup: dict[str, Any] | None = None  # what data.dedup removed before this (RawCorpus.dedup)
     plan: dict[str, Any] | None = None  # with_plan: tokens, parameters, epochs, tokens_per_parameter, rule_tokens_per_parameter
 
     def to_dict(self) -> dict[str, Any]:
@@ -77,10 +70,8 @@ class CorpusReport:
     def with_plan(
         self, tokens: int, parameters: int, tokens_per_parameter: float, rule_tokens_per_parameter: float
     ) -> CorpusReport:
-        """The report with a training plan of `tokens` tokens for a model of `parameters` matmul
-        parameters: `tokens_per_parameter` its effective tokens (repeats counted less) per parameter,
-        `rule_tokens_per_parameter` the ratio a sized run aims at (both the sizing rule's, which
-        training owns)."""
+        """The report with a plan of `tokens` tokens for `parameters` matmul parameters; the tokens per
+        parameter (repeats counted less) and the ratio a sized run aims at are the sizing rule's."""
         epochs = tokens / max(self.train["tokens"], 1)
         plan = {
             "tokens": tokens, "parameters": parameters, "epochs": epochs, "tokens_per_parameter": tokens_per_parameter,
@@ -163,7 +154,7 @@ def _dedup_line(dedup: dict[str, Any]) -> str:
 
 
 def scan_settings(settings: DataSettings) -> dict[str, Any]:
-    """What decides the comparison beyond the blocks' own inputs: a cached report with others is redone."""
+    """What decides the comparison beyond the blocks' inputs: a cached report with others is redone."""
     return {
         "max_documents": settings.report_max_documents,
         "max_bytes": None if settings.report_max_documents is None else REPORT_MAX_BYTES,
@@ -178,7 +169,7 @@ def scan_corpus(raw: RawCorpus, settings: DataSettings) -> tuple[SplitScan, Spli
     sample = scan_settings(settings)
     picked: list[np.ndarray | None] = [None, None]  # None: every document of the split
     if settings.report_max_documents is not None:
-        documents = [_document_keys_and_bytes(split) for split in (raw.train, raw.validation)]
+        documents = [document_sizes(split) for split in (raw.train, raw.validation)]
         count = sum(len(keys) for keys, _ in documents)
         compared_bytes = sum(int(np.minimum(sizes, PREFIX_CHARS).sum()) for _, sizes in documents)  # as read
         p = min(1.0, settings.report_max_documents / max(count, 1), REPORT_MAX_BYTES / max(compared_bytes, 1))
@@ -186,36 +177,14 @@ def scan_corpus(raw: RawCorpus, settings: DataSettings) -> tuple[SplitScan, Spli
             picked = [keys[seeded_unit(keys, settings.seed ^ REPORT_SEED_SALT) < p] for keys, _ in documents]
     sample["whole"] = picked[0] is None
     index = DuplicateIndex()
-    train = SplitScan(raw.train.documents, 0)
-    for document in join_documents(document_batches(raw.train.dataset, picked[0])):
-        _count_copy(train, index.match(document))
-    validation = SplitScan(raw.validation.documents, 0)
-    for document in join_documents(document_batches(raw.validation.dataset, picked[1])):
-        _count_copy(validation, index.match(document, add=False))  # copies of training documents only
-    return train, validation, sample
-
-
-def _count_copy(scan: SplitScan, copy: Copy | None) -> None:
-    scan.compared += 1
-    if copy is not None:
-        setattr(scan, copy.kind, getattr(scan, copy.kind) + 1)
-
-
-def _document_keys_and_bytes(split: RawSplit) -> tuple[np.ndarray, np.ndarray]:
-    """Each document's key (its row, or a text file's index), sorted, and its bytes, from the rows'
-    sizes (not their text)."""
-    keys, sizes, start = [], [], 0
-    for table in arrow_batches(split.dataset, columns=size_columns(split.dataset)):
-        if "doc" in table.column_names:
-            keys.append(table.column("doc").to_numpy().astype(np.int64))
-        else:
-            keys.append(np.arange(start, start + table.num_rows))
-        sizes.append(row_bytes(table))
-        start += table.num_rows
-    if not keys:
-        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-    unique, inverse = np.unique(np.concatenate(keys), return_inverse=True)  # a text file's rows summed
-    return unique, np.bincount(inverse, weights=np.concatenate(sizes)).astype(np.int64)
+    scans = (SplitScan(), SplitScan())
+    for scan, split, chosen in zip(scans, (raw.train, raw.validation), picked, strict=True):
+        for document in join_documents(document_batches(split.dataset, chosen)):
+            copy = index.match(document, add=scan is scans[0])  # validation: copies of training documents only
+            scan.compared += 1
+            if copy is not None:
+                setattr(scan, copy.kind, getattr(scan, copy.kind) + 1)
+    return scans[0], scans[1], sample
 
 
 def build_report(
@@ -223,23 +192,11 @@ def build_report(
 ) -> CorpusReport:
     """The report on `raw` (its text compared now) with the prepared splits' token counts."""
     train, validation, sample = scan_corpus(raw, settings)
-    return CorpusReport(
-        train=_split_record(raw.train, train_tokens),
-        validation=_split_record(raw.validation, validation_tokens),
-        duplicates={"compared": train.compared, "exact": train.exact, "near": train.near},
-        validation_in_train={"compared": validation.compared, "exact": validation.exact, "near": validation.near},
-        sample=sample,
-        dedup=raw.dedup,
-    )
-
-
-def _split_record(split: RawSplit, tokens: int) -> dict[str, Any]:
-    return {
-        "documents": split.documents,
-        "bytes": split.bytes,
-        "tokens": tokens,
-        "bytes_per_token": split.bytes / max(tokens, 1),
-    }
+    sizes = [
+        {"documents": split.documents, "bytes": split.bytes, "tokens": tokens, "bytes_per_token": split.bytes / max(tokens, 1)}
+        for split, tokens in ((raw.train, train_tokens), (raw.validation, validation_tokens))
+    ]
+    return CorpusReport(*sizes, dataclasses.asdict(train), dataclasses.asdict(validation), sample, raw.dedup)
 
 
 def read_report(folder: Path, settings: DataSettings) -> CorpusReport | None:
@@ -252,13 +209,3 @@ def read_report(folder: Path, settings: DataSettings) -> CorpusReport | None:
     sample.pop("whole", None)
     return CorpusReport.from_dict(record) if sample == scan_settings(settings) else None
 
-
-__all__ = [
-    "EPOCHS_WORTH_REPEATING",
-    "REPORT_FILE",
-    "CorpusReport",
-    "build_report",
-    "read_report",
-    "scan_corpus",
-    "scan_settings",
-]

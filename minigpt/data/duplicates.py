@@ -1,33 +1,34 @@
 """Exact and near-duplicate documents: what the corpus report counts and `data.dedup` removes.
 
-Exact: the same text once its whitespace is normalised (runs of spaces, tabs and newlines made one
-space), by a BLAKE2b digest. Near: datasketch's MinHash of the set of the document's word 5-grams,
-Jaccard similarity >= 0.8, the shingles and threshold of Lee et al. 2022 ("Deduplicating Training
-Data Makes Language Models Better"). One changed word removes up to five shingles: a 60-word
-document with a word changed in its middle is at Jaccard 0.84, with its last word changed at 0.97,
-with three changed apart at 0.58 (no near copy); a 400-word document with three changed is at 0.93.
-
-Candidates come from datasketch's MinHashLSH built for Jaccard 0.7 (14 bands of 9 values), and each
-is confirmed by the MinHash estimate of its Jaccard similarity (datasketch's own advice: "filter
-again with MinHash.jaccard"); LSH alone tuned for 0.8 (9 bands of 13) finds only about 60% of the
-pairs at 0.84. The estimate has a standard error of 0.035 at 0.8, so the threshold is soft: a copy
-at 0.84 is found about 85% of the time, at 0.81 half the time, from 0.9 always, at 0.7 never. A
-document is compared by its first PREFIX_CHARS characters (two that share them are exact copies),
-so one huge file costs what a short one does.
-
-Only what is needed is written by hand: the digest, and the shingles fed to datasketch.
+Exact: the same text up to its whitespace (a BLAKE2b digest). Near: datasketch's MinHash of the
+document's word 5-grams at Jaccard >= 0.8 (Lee et al. 2022, "Deduplicating Training Data Makes
+Language Models Better"): candidates from a MinHashLSH tuned for 0.7 (LSH alone at 0.8 finds about
+60% of the pairs at 0.84), each confirmed by the MinHash estimate, whose standard error is 0.035 at
+0.8: a copy at 0.84 is found about 85% of the time, from 0.9 always, at 0.7 never. A document is
+compared by its first PREFIX_CHARS characters, so a huge file costs what a short one does.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
+import datasets
 import numpy as np
 from datasketch import MinHash, MinHashLSH
+from tqdm.auto import tqdm
+
+from ..atomic import atomic_write_file
+from ..console import plural
+from ..distributed import is_main_process
+from .settings import DataSettings
+from .sources import SourceList
+from .text_rows import RawSplit, arrow_batches, counted, numbers
 
 SHINGLE_WORDS = 5  # words per shingle
 THRESHOLD = 0.8  # estimated Jaccard similarity of the shingle sets at which a document is a near duplicate
@@ -35,41 +36,20 @@ CANDIDATE_THRESHOLD = 0.7  # what MinHashLSH is tuned for: recall at THRESHOLD, 
 NUM_PERM = 128  # MinHash permutations: the estimate's standard error at 0.8 is 0.035
 MINHASH_SEED = 1  # the permutations: the same on every machine, so dedup removes the same documents
 PREFIX_CHARS = 20_000  # characters of a document compared, at most
-
-
-def normalized_digest(text: str) -> bytes:
-    """16 bytes identifying `text` up to its whitespace."""
-    return hashlib.blake2b(" ".join(text.split()).encode("utf-8"), digest_size=16).digest()
-
-
-def word_shingles(text: str) -> set[bytes]:
-    """The document's word 5-grams (UTF-8, words split at ASCII whitespace); a document of fewer
-    words is one shingle of them all, an empty one has none."""
-    words = text.encode("utf-8").split()
-    if len(words) < SHINGLE_WORDS:
-        return {b" ".join(words)} if words else set()
-    # the i-th word of each shingle; the shorter lists end the zip where the last shingle ends
-    return set(map(b" ".join, zip(*(words[i:] for i in range(SHINGLE_WORDS)), strict=False)))
+DEDUP_VERSION = 1  # bump when data.dedup removes other documents from the same inputs
+_said: set[str] = set()  # lines said once per process (a run loads its corpus for the tokenizer, then the blocks)
 
 
 @functools.cache
 def _prototype() -> MinHash:
-    """An empty MinHash whose copies every document gets: its permutations, drawn from MINHASH_SEED,
-    are drawn once rather than per document. The shingles' 32-bit hash is CRC-32 (C speed; datasketch
-    2 premixes it with MurmurHash3's finalizer before permuting) instead of SHA-1, at half the time."""
+    """The empty MinHash every document's is copied from: its permutations are drawn once (from
+    MINHASH_SEED), and the shingles' 32-bit hash is CRC-32 (C speed) rather than SHA-1, at half the time."""
     return MinHash(num_perm=NUM_PERM, seed=MINHASH_SEED, hashfunc=zlib.crc32)
 
 
-def minhash(text: str) -> MinHash:
-    """datasketch's MinHash of `text`'s word 5-grams."""
-    signature = _prototype().copy()
-    signature.update_batch(word_shingles(text))
-    return signature
-
-
 def minhash_scheme() -> str:
-    """datasketch's permutation scheme ("affine32" from datasketch 2, "legacy" before): signatures
-    of one scheme differ from the other's, so what dedup removed is cached per scheme."""
+    """datasketch's permutation scheme ("affine32" from datasketch 2, "legacy" before): dedup's
+    cached decisions are kept per scheme."""
     return getattr(_prototype(), "scheme", "legacy")
 
 
@@ -124,10 +104,13 @@ class DuplicateIndex:
     def match(self, document: Document, add: bool = True) -> Copy | None:
         """The document `document` copies, or None; `add`: remember a document that copies none (a
         copy is not remembered: its original stands for it)."""
-        digest = normalized_digest(document.text)
+        digest = hashlib.blake2b(" ".join(document.text.split()).encode(), digest_size=16).digest()  # up to whitespace
         if digest in self._digests:
             return Copy("exact", self._digests[digest])
-        signature = minhash(document.text)
+        words = document.text.encode().split()  # its word 5-grams; fewer words: one shingle of them all
+        shingles = {b" ".join(words[i : i + SHINGLE_WORDS]) for i in range(max(1, len(words) - SHINGLE_WORDS + 1))}
+        signature = _prototype().copy()
+        signature.update_batch(shingles if words else set())
         original = self._near(signature)
         if original is not None:
             return Copy("near", original)
@@ -152,4 +135,116 @@ class DuplicateIndex:
         self.size += 1
 
 
-__all__ = ["Copy", "Document", "DuplicateIndex", "join_documents", "minhash", "minhash_scheme", "normalized_digest", "word_shingles"]
+def document_batches(dataset, picked: np.ndarray | None = None) -> Iterator[tuple[np.ndarray, list]]:
+    """A split's rows as batches of (keys, texts) for `join_documents`, only the documents `picked`
+    (sorted keys) when given. A text file's rows are keyed by its index, and only the rows holding
+    its first PREFIX_CHARS characters are read (found from the `chars` column: a 10 GB file costs one
+    row); other rows by their position. A stream is read through (it cannot skip)."""
+    by_document = "doc" in (dataset.column_names or [])
+    rows = _prefix_rows(dataset, picked) if by_document else picked
+    positions = None
+    if rows is not None and isinstance(dataset, datasets.Dataset):
+        dataset, positions = dataset.select(rows), rows
+    start = 0
+    for table in arrow_batches(dataset, columns=["doc", "text"] if by_document else ["text"]):
+        texts = table.column("text").to_pylist()
+        index = positions[start : start + len(texts)] if positions is not None else np.arange(start, start + len(texts))
+        start += len(texts)
+        keys = numbers(table, "doc") if by_document else index
+        if positions is None and rows is not None:  # a stream's rows, sifted
+            wanted = np.isin(index, rows)
+            keys, texts = keys[wanted], [text for text, keep in zip(texts, wanted, strict=True) if keep]
+        yield keys, texts
+
+
+def _prefix_rows(dataset, picked: np.ndarray | None) -> np.ndarray:
+    """The text-file rows holding each file's first PREFIX_CHARS characters (of the files `picked`)."""
+    rows, doc_seen, before, start = [], -1, 0, 0  # before: characters of the current file in rows before
+    for table in arrow_batches(dataset, columns=["doc", "chars"]):
+        docs, chars = numbers(table, "doc"), numbers(table, "chars")
+        wanted = np.isin(docs, picked) if picked is not None else np.ones(len(docs), dtype=bool)
+        for offset, (doc, size, keep) in enumerate(zip(docs.tolist(), chars.tolist(), wanted.tolist(), strict=True)):
+            if doc != doc_seen:
+                doc_seen, before = doc, 0
+            if keep and before < PREFIX_CHARS:
+                rows.append(start + offset)
+            before += size
+        start += len(docs)
+    return np.asarray(rows, dtype=np.int64)
+
+
+def deduplicated(
+    splits: list[RawSplit], sources: list[SourceList], settings: DataSettings
+) -> tuple[list[RawSplit], dict]:
+    """`splits` without the documents data.dedup removes, and what it removed per pool ("corpus", or
+    "validation" and "train"). Sources are compared in order through one `DuplicateIndex`: a document
+    that copies one kept before it goes. The decisions are cached under data.cache_dir/dedup/ by the
+    sources' keys (comparing is the costly part, and a run loads its corpus more than once)."""
+    decisive = {
+        "inputs": [source.key for source in sources],
+        "format": sources[0].format,
+        "text_field": None if sources[0].format == "text" else settings.text_field,
+        "comparison": [SHINGLE_WORDS, THRESHOLD, NUM_PERM, PREFIX_CHARS, minhash_scheme()],
+        "version": DEDUP_VERSION,
+    }
+    key = hashlib.sha256(json.dumps(decisive, sort_keys=True).encode()).hexdigest()[:20]
+    cached = Path(settings.cache_dir) / "dedup" / f"{key}.json"
+    if cached.is_file():
+        record = json.loads(cached.read_text(encoding="utf-8"))
+    else:
+        record = _decide(splits, settings.show_progress)
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_write_file(cached) as handle:
+            json.dump(record, handle)
+    kept = []
+    for split, removed in zip(splits, record["removed"], strict=True):
+        if removed:
+            by_document = "doc" in (split.dataset.column_names or [])
+            dataset = split.dataset.filter(
+                _kept,
+                batched=True,
+                with_indices=True,
+                input_columns=["doc"] if by_document else [],  # never the text
+                fn_kwargs={"removed": np.asarray(removed, dtype=np.int64)},
+                **({} if isinstance(split.dataset, datasets.IterableDataset) else {"desc": "data.dedup"}),
+            )
+            split = counted(split.name, dataset)
+        kept.append(split)
+    pools = record["pools"]
+    line = (
+        f"data.dedup: removed {plural(sum(p['exact'] + p['near'] for p in pools), 'document')} of "
+        f"{sum(p['documents'] for p in pools):,} ({sum(p['exact'] for p in pools):,} exact, "
+        f"{sum(p['near'] for p in pools):,} near copies)"
+    )
+    if line not in _said and is_main_process():
+        _said.add(line)
+        print(line, flush=True)
+    return kept, dict(zip(["validation", "train"] if len(pools) == 2 else ["corpus"], pools, strict=True))
+
+
+def _decide(splits: list[RawSplit], show_progress: bool) -> dict:
+    index = DuplicateIndex()
+    record: dict = {"removed": [], "pools": []}
+    total = sum(split.documents for split in splits)
+    with tqdm(total=total, desc="data.dedup: comparing documents", unit=" docs", disable=not show_progress) as bar:
+        for number, split in enumerate(splits):
+            first_of_this = index.size  # documents of earlier sources are numbered below this
+            removed, counts = [], {"documents": split.documents, "exact": 0, "near": 0}
+            earlier = 0
+            for document in join_documents(document_batches(split.dataset)):
+                copy = index.match(document)
+                if copy is not None:
+                    removed.append(document.key)
+                    counts[copy.kind] += 1
+                    earlier += copy.of < first_of_this
+                bar.update(1)
+            if number:  # training documents that copied a validation one
+                counts["copies_of_validation"] = earlier
+            record["removed"].append(removed)
+            record["pools"].append(counts)
+    return record
+
+
+def _kept(*columns_and_indices, removed: np.ndarray) -> list[bool]:
+    """`Dataset.filter` predicate: is each row's document (its `doc` column, or its index) kept?"""
+    return list(~np.isin(np.asarray(columns_and_indices[0], dtype=np.int64), removed))

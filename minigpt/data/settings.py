@@ -1,8 +1,5 @@
-"""The data stage's settings: the `data:` and `tokenizer:` sections of a run config.
-
-Plain dataclasses at the bottom of the data stage (numpy their one import beyond the standard
-library), so a run config is loaded and checked without importing `datasets`, `tokenizers` or torch.
-"""
+"""The `data:` and `tokenizer:` sections of a run config: plain dataclasses (numpy their one import
+beyond the standard library), so a config is checked without importing `datasets` or torch."""
 
 from __future__ import annotations
 
@@ -28,30 +25,29 @@ class DataSettings:
     train_files: list[str] = field(default_factory=lambda: [DEFAULT_CORPUS])  # files, folders or globs
     validation_files: list[str] = field(default_factory=list)  # same kinds; empty = split off train_files
     # "auto" (by suffix), "text", "json" (JSON lines), "parquet", "arrow" (save_to_disk); "chat":
-    # conversations ({"messages": [...]} JSON lines or a save_to_disk folder) for chat fine-tuning,
-    # one padded row per conversation, the loss on the assistant's tokens only (docs/chat.md)
+    # conversations for chat fine-tuning, the loss on the assistant's tokens only (docs/chat.md)
     format: str = "auto"
     text_field: str = "text"  # column holding each document's text in json/parquet/arrow sources
     validation_fraction: float = 0.1  # share of the train bytes held out when validation_files is empty
-    # "auto": "random" for several files (a folder or glob), else "tail"; "tail": the last bytes, cut at a
-    # row boundary; "random": whole documents drawn by `seed`
+    # "tail": the last bytes, cut at a line end; "random": whole documents drawn by `seed`; "auto":
+    # "random" for several files (a folder or glob), else "tail"
     validation_split: str = "auto"
     exclude: list[str] = field(default_factory=list)  # glob patterns of files or folders to leave out of folders and globs
-    seed: int = 1337  # seed of the "random" validation split (whole documents by a seeded hash), the evaluations' sample of it and the tokenizer's sample
+    seed: int = 1337  # draws the "random" validation split, the evaluations' sample of it and the tokenizer's sample
     block_size: int = 256  # tokens per packed block; must not exceed the model's max_position_embeddings
     # Each epoch after the first reads the training blocks from another offset in the token stream
-    # (training_blocks.py): the same tokens in other windows. Training only; the cached blocks stay.
+    # (run_data.TrainingBlocks): the same tokens in other windows. The cached blocks stay.
     shift_blocks: bool = False
     num_proc: int = 0  # processes that tokenize (Dataset.map num_proc); 0 = one per available CPU core
-    batch_size: int = 1000  # rows per Dataset.map batch at most (fewer long rows: packing.map_batch_rows)
+    batch_size: int = 1000  # rows per Dataset.map batch at most (fewer long rows: corpus.map_batch_rows)
     cache_dir: str = ".cache/minigpt/data"  # prepared blocks and datasets' Arrow copies of the sources
     streaming: bool = False  # read sources lazily (no Arrow copy of the raw text); tokenizes in one process
     max_invalid_utf8_fraction: float = 0.001  # tolerated share of undecodable/NUL characters per file
-    # Remove exact and near-duplicate documents (MinHash over every document, duplicates.py) before
-    # the train/validation split, so no copy of a validation document is trained on
+    # Remove exact and near-duplicate documents (duplicates.py) before the split, so no copy of a
+    # validation document is trained on
     dedup: bool = False
-    # The corpus report (corpus_report.py) compares at most this many documents, drawn by `seed`
-    # across the corpus (and at most REPORT_MAX_BYTES of their text): seconds on any corpus; null = all
+    # The corpus report compares at most this many documents drawn by `seed` (and REPORT_MAX_BYTES of
+    # their text): seconds on any corpus; null = all
     report_max_documents: int | None = 20_000
     show_progress: bool = True  # show progress bars
 
@@ -90,12 +86,11 @@ class DataSettings:
             raise ConfigError(f"data.report_max_documents must be >= 1 or null (all), got {self.report_max_documents}")
 
     def split_method(self, num_train_files: int) -> str:
-        """`validation_split` with "auto" decided: a sample of documents across a corpus of several
-        files (the last files of a folder are another domain, not a sample), the tail of one file
-        or of a few files the seeded draw would leave all on one side."""
+        """`validation_split` with "auto" decided: documents drawn across several files (a folder's
+        last files are another domain, not a sample) if the draw leaves files on both sides, else the tail."""
         if self.validation_split != "auto":
             return self.validation_split
-        if num_train_files > 1:  # random, if the seeded draw leaves files on both sides
+        if num_train_files > 1:
             held_out = int((seeded_unit(np.arange(num_train_files), self.seed) < self.validation_fraction).sum())
             if 0 < held_out < num_train_files:
                 return "random"
@@ -115,23 +110,21 @@ class TokenizerSettings:
     min_frequency: int = 2  # a pair of tokens must occur this often in the training text to be merged
     eos_token: str = "<|endoftext|>"  # end-of-text token placed between documents (also BOS, as in GPT-2)
     pad_token: str = "<|pad|>"  # padding for batched generation/eval; never inside training blocks
-    # Reserve ChatML's <|im_start|> and <|im_end|> (ids 2 and 3, after eos and pad) and save the chat
-    # template (data/chat_template.py) with the tokenizer, so a model trained on it can be chat-tuned
-    # and chats in transformers and llama.cpp without a hand-written template.
+    # Reserve ChatML's <|im_start|> and <|im_end|> (ids 2 and 3) and save the chat template with the
+    # tokenizer, so a model trained on it can be chat-tuned and chats in transformers and llama.cpp
     chat_tokens: bool = True
     extra_special_tokens: list[str] = field(default_factory=list)  # more special tokens, ids after those
     show_progress: bool = True  # show a progress bar while training
     reuse: str = "matching"  # "matching": use the one at path only if trained on this data/settings; "always"
-    # A train split larger than this (UTF-8 bytes) is sampled for the tokenizer, across all of it
-    # (tokenizer_sample.py): its time and memory stay bounded however large the corpus. 0 = no limit.
+    # A train split larger than this (UTF-8 bytes) is sampled across all of it (tokenizer.py): time
+    # and memory stay bounded however large the corpus. 0 = no limit.
     train_max_bytes: int = 100_000_000
     # When sampling: characters taken from each document (or 64K piece of a text file) at most, as
-    # nanochat's 10,000: more documents in the same budget, one huge file cannot fill it. 0 = all.
+    # nanochat's 10,000: one huge file cannot fill the sample. 0 = all.
     doc_max_chars: int = 10_000
 
     def special_tokens(self) -> list[str]:
-        """Special tokens in id order: eos = 0, pad = 1, the chat tokens (2, 3) when reserved, then
-        the extra ones."""
+        """Special tokens in id order: eos = 0, pad = 1, the chat tokens (2, 3) when reserved, the extra ones."""
         return [self.eos_token, self.pad_token, *self.chat_special_tokens(), *self.extra_special_tokens]
 
     def chat_special_tokens(self) -> list[str]:
@@ -164,8 +157,7 @@ class TokenizerSettings:
             )
 
     def training_record(self) -> dict:
-        """The settings that change the trained tokenizer (not where it lives, progress or reuse; the
-        sample's limits are recorded with the data, where they change the training text)."""
+        """The settings that change the trained tokenizer (the sample's limits are recorded with the data)."""
         record = asdict(self)
         for key in ("path", "show_progress", "reuse", "train_max_bytes", "doc_max_chars"):
             del record[key]
@@ -173,9 +165,8 @@ class TokenizerSettings:
 
 
 def seeded_unit(ids: np.ndarray, seed: int) -> np.ndarray:
-    """A deterministic pseudo-random number in [0, 1) per id (SplitMix64 of id and seed), the same on
-    every machine: the "random" validation split holds out the documents whose number is below
-    `validation_fraction`. `ids`: integer array of any shape; returns float64 of that shape."""
+    """A pseudo-random number in [0, 1) per id (SplitMix64 of id and seed), the same on every machine.
+    `ids`: integer array of any shape; returns float64 of that shape."""
     with np.errstate(over="ignore"):  # the multiplications wrap modulo 2**64, as SplitMix64 means them to
         z = ids.astype(np.uint64) + np.uint64(seed & 0xFFFFFFFFFFFFFFFF) * np.uint64(0x9E3779B97F4A7C15)
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)

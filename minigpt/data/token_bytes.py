@@ -1,21 +1,11 @@
-"""How many UTF-8 bytes of text each token id stands for: what bits per byte divides by.
+"""How many UTF-8 bytes of text each token id stands for, and the per-row sums bits per byte is made of.
 
-Bits per byte is the summed loss (nats) of the tokens that encode a text, over the bytes they
-encode, / ln 2. A byte-level BPE token (MiniGPT's tokenizers, GPT-2's, Llama 3's, Qwen's) is a
-fixed byte string written one vocabulary character per byte, so the bytes of any run of tokens are
-the sum of their lengths: exact, whatever the run (a training block, a window, a sample of them).
-Special tokens (the end-of-text separator between documents, padding) encode no byte of the text:
-0, which is also how bits per byte tells them apart from text. nanochat counts the same way.
-
-Other tokenizers (SentencePiece-style "▁" spaces, byte fallback) get each token's decoded length
-after a plain token, so that a leading space counts; a byte-fallback piece of a multi-byte
-character counts 1. That is an estimate: a normalizer may have changed the text before encoding.
-
-`next_token_scores` sums, per row, what bits per byte adds up: the next-token losses with the text
-apart from the separators. A packed block also predicts the end-of-text separators between
-documents, which encode no byte: their loss stays in the token loss (what training minimises) but
-not in bits per byte (lm-evaluation-harness's `bits_per_byte`). Training's evaluation and
-`scripts/evaluate.py` both sum through it.
+Bits per byte is the summed loss (nats) of the tokens that encode a text over the bytes they encode,
+/ ln 2. A byte-level BPE token (MiniGPT's, GPT-2's, Llama 3's) is a fixed byte string written one
+character per byte, so the bytes of any run of tokens are the sum of their lengths: exact. Special
+tokens (end of text, padding) encode none: 0, which is also how their loss is left out of bits per
+byte (lm-evaluation-harness's `bits_per_byte`; it stays in the token loss). Other tokenizers get each
+token's decoded length after a plain token, so a leading space counts: an estimate.
 """
 
 from __future__ import annotations
@@ -30,18 +20,9 @@ import torch
 import torch.nn.functional as F
 
 if TYPE_CHECKING:
-    from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerBase
 
 BYTE_FALLBACK = re.compile(r"^<0x[0-9A-Fa-f]{2}>$")  # SentencePiece's byte tokens, e.g. <0x0A>
-
-
-def is_byte_level(backend: Tokenizer) -> bool:
-    """True when every non-special token is a byte string (ByteLevel decoder, no normalizer)."""
-    spec = json.loads(backend.to_str())
-    decoder = spec.get("decoder") or {}
-    kinds = [part.get("type") for part in decoder.get("decoders", [decoder])]
-    return "ByteLevel" in kinds and spec.get("normalizer") is None
 
 
 def token_byte_lengths(tokenizer: PreTrainedTokenizerBase) -> np.ndarray:
@@ -50,8 +31,10 @@ def token_byte_lengths(tokenizer: PreTrainedTokenizerBase) -> np.ndarray:
     vocab = backend.get_vocab(with_added_tokens=True)  # {token string: id}
     added = backend.get_added_tokens_decoder()  # {id: AddedToken}: literal strings, not byte-mapped
     lengths = np.zeros(max(len(tokenizer), max(vocab.values()) + 1), dtype=np.int64)
-    byte_level = is_byte_level(backend)
-    anchor = _plain_token(vocab, added)
+    spec = json.loads(backend.to_str())
+    decoder = spec.get("decoder") or {}
+    byte_level = "ByteLevel" in [d.get("type") for d in decoder.get("decoders", [decoder])] and not spec.get("normalizer")
+    anchor = next((t for t, i in vocab.items() if i not in added and t.isascii() and t.isalpha()), "a")  # a plain token
     for token, index in vocab.items():
         if index in added:
             lengths[index] = 0 if added[index].special else len(added[index].content.encode("utf-8"))
@@ -64,12 +47,6 @@ def token_byte_lengths(tokenizer: PreTrainedTokenizerBase) -> np.ndarray:
             alone = backend.decoder.decode([anchor]) if backend.decoder else anchor
             lengths[index] = max(0, len(pair.encode("utf-8")) - len(alone.encode("utf-8")))
     return lengths
-
-
-def _plain_token(vocab: dict[str, int], added: dict) -> str:
-    """A vocabulary token of ASCII letters only, to decode other tokens after."""
-    return next((t for t, i in vocab.items() if i not in added and t.isascii() and t.isalpha()), "a")
-
 
 
 IGNORE_INDEX = -100  # a target that is not scored (transformers' convention)
@@ -104,6 +81,3 @@ def bits_per_byte(scores: np.ndarray) -> float:
     totals = np.asarray(scores, dtype=np.float64).reshape(-1, len(SCORE_COLUMNS)).sum(axis=0)
     text_nats, num_bytes = totals[2], totals[4]
     return float(text_nats / num_bytes / math.log(2)) if num_bytes > 0 else math.nan
-
-
-__all__ = ["IGNORE_INDEX", "SCORE_COLUMNS", "bits_per_byte", "block_targets", "is_byte_level", "next_token_scores", "token_byte_lengths"]

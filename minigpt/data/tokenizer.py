@@ -1,8 +1,9 @@
-"""Train a byte-level BPE tokenizer with `tokenizers` and wrap it as a `PreTrainedTokenizerFast`.
-
-Byte-level BPE (GPT-2's scheme) maps every UTF-8 byte to a token before merging, so any Unicode
-string encodes without an unknown token and decodes back to exactly itself: no normalizer, no
-prefix space, no clean-up of spaces.
+"""A byte-level BPE tokenizer trained on the train split of found `Sources`, saved with a record of what
+it was trained on that is checked before it is reused. Byte-level BPE encodes any string and decodes
+it back exactly (no normalizer, no prefix space, no clean-up of spaces). A split over
+`tokenizer.train_max_bytes` is sampled (BPE counts every distinct word: hours and tens of GB at 10 GB,
+while its merges settle long before): each row is kept by a seeded draw, so the sample spans every
+file, and gives its first `doc_max_chars` characters, until the budget is read.
 """
 
 from __future__ import annotations
@@ -10,28 +11,32 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
+import datasets
+import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from ..atomic import atomic_output_dir
+from ..console import plural
 from ..distributed import is_main_process
 from ..errors import ConfigError
 from .chat_template import CHAT_TEMPLATE
-from .provenance import TrainingData, fingerprint_sources, split_settings
-from .settings import DataSettings, TokenizerSettings
-from .sources import detect_format, load_raw_corpus, source_files
-from .tokenizer_sample import sample_plan, training_text
+from .raw_corpus import load_raw_corpus
+from .settings import DataSettings, TokenizerSettings, seeded_unit
+from .sources import SourceFile, Sources, describe_sources
+from .text_rows import RawSplit, arrow_batches, row_bytes, size_columns
 
 TRAINING_RECORD = "minigpt_tokenizer.json"  # the settings and data a saved tokenizer was trained with
-# How a tokenizer was loaded, which from_pretrained records among its init arguments and
-# save_pretrained would then write into tokenizer_config.json: not a property of the tokenizer.
+# How a tokenizer was loaded (from_pretrained records it; save_pretrained would write it): not the tokenizer's.
 LOAD_ONLY_KEYS = ("is_local", "local_files_only")
-# Settings added to the training record after tokenizers were saved without them: the value such a
-# tokenizer has (one trained before the chat tokens has none), so an old record compares truly.
-RECORD_KEYS_ADDED = {"chat_tokens": False}
+RECORD_KEYS_ADDED = {"chat_tokens": False}  # what a record from before a setting existed means by its absence
+SAMPLE_SEED_SALT = 0x70C5A3E1  # the sample's draw is another than the validation split's (same data.seed)
+DRAW_CHUNK = 1 << 20  # rows drawn at a time
 
 
 def train_tokenizer(
@@ -40,7 +45,6 @@ def train_tokenizer(
     """Train a byte-level BPE on `texts`, streamed (never all in memory); `length` sizes the progress bar."""
     settings.validate()
     tokenizer = Tokenizer(models.BPE())
-    # No normalizer and no prefix space: encoding must be lossless.
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
@@ -55,11 +59,7 @@ def train_tokenizer(
 
 
 def _in_daemon_thread(work: Callable[[], object]) -> None:
-    """Run `work` in a daemon thread and wait for it, so a Ctrl-C reaches the main thread at once.
-
-    Training runs in Rust for seconds to minutes without returning to Python, so a signal handler
-    in the thread that called it would wait that long; a daemon thread's work dies with the process.
-    """
+    """Run `work` in a daemon thread and wait, so a Ctrl-C is not held up by minutes in Rust."""
     failure: list[BaseException] = []
 
     def target() -> None:
@@ -76,14 +76,12 @@ def _in_daemon_thread(work: Callable[[], object]) -> None:
 
 
 def wrap_tokenizer(tokenizer: Tokenizer, settings: TokenizerSettings) -> PreTrainedTokenizerFast:
-    """Wrap a `tokenizers.Tokenizer` with MiniGPT's special tokens as a transformers tokenizer; with
-    `settings.chat_tokens`, the chat template too (saved as chat_template.jinja)."""
+    """`tokenizer` with MiniGPT's special tokens (and chat template) as a transformers tokenizer."""
     wrapped = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
         eos_token=settings.eos_token,
         bos_token=settings.eos_token,  # GPT-2 convention: one end-of-text token serves as BOS too
         pad_token=settings.pad_token,
-        # Special (skipped by decode(skip_special_tokens=True), never split): chat tokens, then extras.
         extra_special_tokens=[*settings.chat_special_tokens(), *settings.extra_special_tokens],
         clean_up_tokenization_spaces=False,  # clean-up would make decoding lossy
         model_input_names=["input_ids", "attention_mask"],  # no token_type_ids: a decoder has none
@@ -99,19 +97,14 @@ def save_tokenizer(
     settings: TokenizerSettings | None = None,
     trained_on: TrainingData | None = None,
 ) -> Path:
-    """Save `tokenizer` to the folder `path` atomically (whole or not at all); returns the folder.
-
-    With `settings`, a training record (`TRAINING_RECORD`) is written beside it: the settings it
-    was trained with and, with `trained_on`, the data it was trained on.
-    """
+    """Save `tokenizer` to `path` atomically, with the record of its `settings` and data (`TRAINING_RECORD`)."""
     with atomic_output_dir(path) as staging:
         tokenizer.save_pretrained(staging)
         if settings is not None:
             record = settings.training_record()
             if trained_on is not None:
                 record["trained_on"] = trained_on.to_dict()
-            text = json.dumps(record, indent=2, sort_keys=True)
-            (staging / TRAINING_RECORD).write_text(text + "\n", encoding="utf-8")
+            (staging / TRAINING_RECORD).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return Path(path)
 
 
@@ -133,41 +126,167 @@ def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerFast) -> str:
     return digest.hexdigest()[:16]
 
 
-def training_data(
-    data: DataSettings, train_bytes: int | None = None, sample: dict | None = None, save: bool = True
-) -> TrainingData:
-    """What a tokenizer trained on `data`'s train split is trained on (hashes every file not hashed
-    before: `digests`; `save`: remember new digests in data.cache_dir)."""
-    train_paths, _ = source_files(data, save=save)
-    fmt = detect_format(train_paths, data.format)
-    fingerprint, files = fingerprint_sources(train_paths, portable=True, cache_dir=data.cache_dir, save=save)
-    return TrainingData(
-        files=files,
-        fingerprint=fingerprint,
-        split=split_settings(data, fmt, len(train_paths)),
-        train_bytes=train_bytes,
-        sample=sample,
-    )
+def sample_plan(settings: TokenizerSettings, split_bytes: int, seed: int) -> dict[str, int] | None:
+    """How a train split of `split_bytes` is sampled, or None: read whole."""
+    if not settings.train_max_bytes or split_bytes <= settings.train_max_bytes:
+        return None
+    return {"max_bytes": settings.train_max_bytes, "doc_max_chars": settings.doc_max_chars, "seed": seed}
 
 
-def _sample_in_words(plan: dict | None) -> str:
-    if plan is None:
-        return "all of its train split"
-    cap = f", tokenizer.doc_max_chars={plan['doc_max_chars']:,}" if plan.get("doc_max_chars") else ""
-    return f"a sample of its train split (tokenizer.train_max_bytes={plan['max_bytes']:,}{cap}, data.seed={plan['seed']})"
+@dataclass
+class TrainingText:
+    """The texts a tokenizer trains on, and (once read) how much was taken."""
+
+    split: RawSplit
+    plan: dict[str, int] | None  # `sample_plan`; None: the whole split
+    rows: int = 0  # rows to be read (the trainer's progress bar)
+    expected_bytes: int = 0  # what a sample reads: the budget, or less where the rows' heads hold less
+    bytes_read: int = 0  # UTF-8 bytes given to the trainer so far
+    rows_read: int = 0
+    texts: Iterator[str] = field(default_factory=lambda: iter(()))
+
+    def describe(self) -> str:
+        if self.plan is None:
+            return self.split.describe()
+        cap = f", at most {self.plan['doc_max_chars']:,} characters of each" if self.plan["doc_max_chars"] else ""
+        return (
+            f"a sample of {self.split.describe()}: up to {self.expected_bytes:,} bytes "
+            f"({self.expected_bytes / self.split.bytes:.1%}) from {plural(self.rows, 'row')} drawn across all of it"
+            f"{cap} (tokenizer.train_max_bytes={self.plan['max_bytes']:,}, data.seed={self.plan['seed']})"
+        )
+
+    def record(self) -> dict[str, Any] | None:
+        return None if self.plan is None else {**self.plan, "bytes": self.bytes_read, "rows": self.rows_read}
 
 
-def _sample_difference(saved: TrainingData, settings: TokenizerSettings, data: DataSettings) -> str | None:
-    """How this config would sample the same train split otherwise than the saved tokenizer was
-    (a split within both budgets is read whole either way), in words; None when the same."""
+def training_text(split: RawSplit, settings: TokenizerSettings, seed: int) -> TrainingText:
+    """The texts of `split` a tokenizer with `settings` trains on: all of them, or a sample."""
+    plan = sample_plan(settings, split.bytes, seed)
+    text = TrainingText(split, plan, rows=split.rows)
+    dataset, cap = split.dataset, 0
+    if plan is not None:
+        cap = plan["doc_max_chars"]
+        capped = 0  # the split's bytes with each row counted up to doc_max_chars (bytes for characters)
+        for table in arrow_batches(split.dataset, columns=size_columns(split.dataset)):
+            sizes = row_bytes(table)
+            capped += int(np.minimum(sizes, cap).sum()) if cap else int(sizes.sum())
+        p, salted = min(1.0, plan["max_bytes"] / max(capped, 1)), plan["seed"] ^ SAMPLE_SEED_SALT
+        text.expected_bytes = min(plan["max_bytes"], capped)
+        if isinstance(split.dataset, datasets.IterableDataset):  # a stream: filtered as it is read
+            dataset = split.dataset.filter(
+                lambda indices: list(seeded_unit(np.asarray(indices), salted) < p),
+                batched=True, with_indices=True, input_columns=[],
+            )
+            text.rows = int(round(p * split.rows))
+        else:  # drawn in chunks: memory for the rows kept, not for every row
+            picked = np.concatenate([
+                start + np.flatnonzero(seeded_unit(np.arange(start, min(start + DRAW_CHUNK, split.rows)), salted) < p)
+                for start in range(0, split.rows, DRAW_CHUNK)
+            ])
+            dataset, text.rows = split.dataset.select(picked), len(picked)  # rows in order: read front to back
+    text.texts = _counted(text, dataset, cap)
+    return text
+
+
+def _counted(text: TrainingText, dataset, cap: int) -> Iterator[str]:
+    """The rows' texts (each up to `cap` characters), counted into `text`; a sample stops at its budget."""
+    budget = text.plan["max_bytes"] if text.plan is not None else None
+    for table in arrow_batches(dataset, columns=["text"]):
+        for piece in table.column("text").to_pylist():
+            piece = (piece or "")[:cap] if cap else piece or ""
+            data = piece.encode("utf-8")
+            if budget is not None and text.bytes_read + len(data) > budget:
+                data = data[: budget - text.bytes_read]
+                piece = data.decode("utf-8", errors="ignore")
+                data = piece.encode("utf-8")
+            if data:
+                text.bytes_read, text.rows_read = text.bytes_read + len(data), text.rows_read + 1
+                yield piece
+            if budget is not None and text.bytes_read >= budget:
+                return
+
+
+def split_settings(data: DataSettings, fmt: str, num_files: int = 1) -> dict[str, Any]:
+    """The settings that decide which text the training split holds, and nothing else."""
+    decisive: dict[str, Any] = {"format": fmt}
+    if fmt != "text":
+        decisive["text_field"] = data.text_field
+    if data.dedup:  # absent when off: records from before data.dedup still match
+        decisive["dedup"] = True
+    if data.validation_files:
+        decisive["validation_split"] = "validation_files"
+        return decisive
+    method = data.split_method(num_files)
+    decisive.update(validation_split=method, validation_fraction=data.validation_fraction)
+    if method == "random":
+        decisive["seed"] = data.seed
+    return decisive
+
+
+@dataclass
+class TrainingData:
+    """The training text of a tokenizer: which files, their fingerprint, how the split was made."""
+
+    files: list[SourceFile]
+    fingerprint: str  # `SourceList.fingerprint` of the train files
+    split: dict[str, Any]  # split_settings(...)
+    train_bytes: int | None = None  # UTF-8 bytes of the train split, when it was read
+    sample: dict[str, Any] | None = None  # `TrainingText.record()`; None = the whole split
+
+    @classmethod
+    def of(cls, sources: Sources, train_bytes: int | None = None, sample: dict | None = None) -> TrainingData:
+        split = split_settings(sources.settings, sources.train.format, len(sources.train.paths))
+        return cls(sources.train.files, sources.train.fingerprint, split, train_bytes, sample)
+
+    def to_dict(self) -> dict[str, Any]:
+        record = asdict(self)
+        if record["sample"] is None:  # as records were before samples existed: the whole split
+            del record["sample"]
+        return record
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> TrainingData:
+        return cls(**{**record, "files": [SourceFile(**f) for f in record["files"]]})
+
+    def describe(self) -> str:
+        """`tinyshakespeare.txt (1,115,394 bytes), train split 1,003,856 bytes`."""
+        text = describe_sources(self.files)
+        if self.train_bytes is not None and self.split.get("validation_split") != "validation_files":
+            text += f", train split {self.train_bytes:,} bytes"
+        if self.sample is not None:
+            text += f", a sample of {self.sample['bytes']:,} bytes from {self.sample['rows']:,} rows across it"
+        return text
+
+    def differences(self, other: TrainingData) -> str | None:
+        """How `other` (this config's data) differs from this record, in words; None when the same."""
+        if self.fingerprint != other.fingerprint:
+            then, now = describe_sources(self.files), describe_sources(other.files)
+            if then == now:  # same names and sizes, other bytes
+                return f"{then} as it was then (its content has changed since)"
+            return f"{then}, not on {now}"
+        changed = sorted(k for k in self.split.keys() | other.split.keys() if self.split.get(k) != other.split.get(k))
+        if not changed:
+            return None
+        details = ", ".join(f"data.{k} {self.split.get(k)!r} (this config: {other.split.get(k)!r})" for k in changed)
+        return f"{describe_sources(self.files)} with {details}"
+
+
+def _sample_difference(saved: TrainingData, settings: TokenizerSettings, seed: int) -> str | None:
+    """How this config would sample the saved tokenizer's train split otherwise, in words; None: the same."""
     if saved.train_bytes is None:
         return None
-    now = sample_plan(settings, saved.train_bytes, data.seed)
-    now_plan = now.to_dict() if now is not None else None
-    then_plan = {k: saved.sample[k] for k in ("max_bytes", "doc_max_chars", "seed")} if saved.sample else None
-    if now_plan == then_plan:
+    now = sample_plan(settings, saved.train_bytes, seed)
+    then = {k: saved.sample[k] for k in ("max_bytes", "doc_max_chars", "seed")} if saved.sample else None
+    if now == then:
         return None
-    return f"on {_sample_in_words(then_plan)} (this config: {_sample_in_words(now_plan)})"
+
+    def words(plan: dict | None) -> str:
+        if plan is None:
+            return "all of its train split"
+        cap = f", tokenizer.doc_max_chars={plan['doc_max_chars']:,}" if plan.get("doc_max_chars") else ""
+        return f"a sample of its train split (tokenizer.train_max_bytes={plan['max_bytes']:,}{cap}, data.seed={plan['seed']})"
+
+    return f"on {words(then)} (this config: {words(now)})"
 
 
 def read_training_record(path: str | Path) -> dict | None:
@@ -178,17 +297,15 @@ def read_training_record(path: str | Path) -> dict | None:
     try:
         record = json.loads(record_file.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
-        raise ConfigError(
-            f"{record_file} is not valid JSON ({err}); it is the tokenizer's training record"
-        ) from None
+        raise ConfigError(f"{record_file} is not valid JSON ({err}); it is the tokenizer's training record") from None
     if not isinstance(record, dict):
         raise ConfigError(f"{record_file} holds no training record (a JSON object)")
     return record
 
 
 def suggest_new_path(settings: TokenizerSettings, data: DataSettings, preferred: str | None = None) -> str:
-    """A free folder for a new tokenizer: `preferred`, else one beside `settings.path` named after
-    the first train source."""
+    """A free folder for a new tokenizer: `preferred`, else one beside `settings.path` named after the
+    first train source."""
     if preferred is not None and Path(preferred) != Path(settings.path) and not Path(preferred).exists():
         return preferred
     parts = []
@@ -205,93 +322,65 @@ def suggest_new_path(settings: TokenizerSettings, data: DataSettings, preferred:
     return str(beside / "<name>-tokenizer")
 
 
-def check_training_record(
-    path: str | Path, settings: TokenizerSettings, data: DataSettings, new_path: str | None = None
-) -> str:
-    """Check that the tokenizer at `path` was trained on `data` with `settings`; returns what it was.
-
-    Raises a one-line `ConfigError` on a mismatch unless `settings.reuse == "always"`; the message
-    says how to train a new tokenizer without touching this one, which other runs may use (in
-    `new_path` when given and free).
-    The returned text describes its training ("trained on ..."), for the line a run prints.
-    """
-    record = read_training_record(path)
+def check_existing_tokenizer(settings: TokenizerSettings, sources: Sources, new_path: str | None = None) -> str | None:
+    """What the tokenizer at `settings.path` was trained on ("trained on ..."), checked against
+    `sources` and `settings`; None when there is none yet. A mismatch is a one-line `ConfigError`
+    (unless tokenizer.reuse=always) saying how to train a new one beside it (in `new_path` when free),
+    the existing one left to the runs that use it. Reads no data file."""
+    if not (Path(settings.path) / "tokenizer.json").is_file():
+        return None
+    record = read_training_record(settings.path)
     if record is None:
         return "made elsewhere (no training record), used as it is"
-    problems = []
-    saved_settings = {**RECORD_KEYS_ADDED, **{key: value for key, value in record.items() if key != "trained_on"}}
+    saved_settings = {**RECORD_KEYS_ADDED, **{k: v for k, v in record.items() if k != "trained_on"}}
     wanted = settings.training_record()
-    changed = sorted(
-        key for key in wanted.keys() | saved_settings.keys() if saved_settings.get(key) != wanted.get(key)
-    )
+    changed = sorted(k for k in wanted.keys() | saved_settings.keys() if saved_settings.get(k) != wanted.get(k))
+    problems = []
     if changed:
-        details = (
-            f"tokenizer.{k} {saved_settings.get(k)!r} (this config: {wanted.get(k)!r})" for k in changed
-        )
-        problems.append("with " + ", ".join(details))
-    saved_data = TrainingData.from_dict(record["trained_on"]) if "trained_on" in record else None
-    if saved_data is not None:
-        current = training_data(data, save=False)  # a check writes nothing: it may refuse the run
-        if not saved_data.same_text(current):
-            problems.insert(0, f"on {saved_data.differences(current)}")
-        elif (sampled := _sample_difference(saved_data, settings, data)) is not None:
+        problems.append("with " + ", ".join(f"tokenizer.{k} {saved_settings.get(k)!r} (this config: {wanted.get(k)!r})" for k in changed))
+    described = "trained on data it has no record of"
+    if "trained_on" in record:
+        saved = TrainingData.from_dict(record["trained_on"])
+        difference = saved.differences(TrainingData.of(sources))
+        if difference is not None:
+            problems.insert(0, f"on {difference}")
+        elif (sampled := _sample_difference(saved, settings, sources.settings.seed)) is not None:
             problems.insert(0, sampled)
-        described = f"trained on {saved_data.describe()}"
-    else:
-        described = "trained on data it has no record of"
+        described = f"trained on {saved.describe()}"
     if not problems:
         return described
     if settings.reuse == "always":
         return f"{described}; reused for this run's data and settings (tokenizer.reuse=always)"
     raise ConfigError(
-        f"the tokenizer at {path} was trained {', and '.join(problems)}; other runs may use it, so it "
+        f"the tokenizer at {settings.path} was trained {', and '.join(problems)}; other runs may use it, so it "
         "stays as it is. To train a new one, set another tokenizer.path (e.g. "
-        f"tokenizer.path={suggest_new_path(settings, data, new_path)}); to use this one anyway, set tokenizer.reuse=always"
+        f"tokenizer.path={suggest_new_path(settings, sources.settings, new_path)}); to use this one anyway, set tokenizer.reuse=always"
     )
-
-
-def check_existing_tokenizer(
-    settings: TokenizerSettings, data: DataSettings, new_path: str | None = None
-) -> str | None:
-    """What the tokenizer at `settings.path` was trained on, checked against `data` and `settings`
-    (`check_training_record` raises on a mismatch); None when there is no tokenizer there yet.
-    Cheap enough to run before a command writes anything (it hashes the train files)."""
-    if not (Path(settings.path) / "tokenizer.json").is_file():
-        return None
-    return check_training_record(settings.path, settings, data, new_path)
 
 
 def load_or_train_tokenizer(
     settings: TokenizerSettings,
-    data: DataSettings,
+    sources: Sources,
     retrain: bool = False,
     new_path: str | None = None,
     checked: str | None = None,
 ) -> PreTrainedTokenizerFast:
-    """The run's tokenizer: loaded from `settings.path`, else trained on the TRAIN split and saved.
-
-    The tokenizer never sees validation text, so validation loss is measured on unseen bytes.
-    An existing tokenizer is checked against `data` and `settings` (`check_training_record`);
-    one line names the tokenizer in use and what it was trained on. `retrain` replaces it.
-    `new_path` is the folder a refusal suggests for a new tokenizer (e.g. inside the run's folder).
-    `checked` is what an earlier `check_existing_tokenizer` found at `settings.path`: given, the
-    tokenizer is not checked (its training files not hashed) a second time.
-    """
+    """The run's tokenizer: the one at `settings.path` (`check_existing_tokenizer`, unless `checked`
+    says what an earlier call found), else one trained on the TRAIN split of `sources` and saved
+    (`retrain`: trained anew). One line names it and what it was trained on. The tokenizer never sees
+    validation text, so validation loss is measured on unseen bytes."""
     settings.validate()
-    if retrain:
-        described = None
-    else:
-        described = checked or check_existing_tokenizer(settings, data, new_path)
+    described = None if retrain else checked or check_existing_tokenizer(settings, sources, new_path)
     if described is not None:
         tokenizer = load_tokenizer(settings.path)
         if is_main_process():  # under `accelerate launch` the other processes load silently
             print(f"tokenizer {settings.path}: {len(tokenizer)} tokens, {described}")
         return tokenizer
-    corpus = load_raw_corpus(data)
-    text = training_text(corpus.train, settings, data.seed)  # all of the train split, or a sample
+    train = load_raw_corpus(sources).train
+    text = training_text(train, settings, sources.settings.seed)  # all of the train split, or a sample
     print(f"training a byte-level BPE tokenizer (vocab {settings.vocab_size}) on {text.describe()}")
     tokenizer = train_tokenizer(text.texts, settings, length=text.rows)
-    trained_on = training_data(data, train_bytes=corpus.train.bytes, sample=text.record())
+    trained_on = TrainingData.of(sources, train.bytes, text.record())
     save_tokenizer(tokenizer, settings.path, settings, trained_on)
     print(f"tokenizer saved to {settings.path}: {len(tokenizer)} tokens, trained on {trained_on.describe()}")
     return load_tokenizer(settings.path)

@@ -17,8 +17,7 @@ from typing import Any
 
 import yaml
 
-from ..data.provenance import SourceFile, describe_sources, list_sources
-from ..data.sources import resolve_files
+from ..data.sources import SourceFile, describe_sources, list_sources
 from ..errors import MiniGPTUserError
 from ..run_layout import model_folder_name
 
@@ -85,7 +84,7 @@ def portable_run_config(run_config: dict[str, Any]) -> PortableRunConfig:
         entries, sources[key] = data.get(key) or [], []
         for entry in [entries] if isinstance(entries, str) else entries:
             try:
-                sources[key] += list_sources(resolve_files([str(entry)], "data", list(data.get("exclude") or [])))
+                sources[key] += list_sources([str(entry)], "data", list(data.get("exclude") or []))
             except MiniGPTUserError:  # names nothing any more: by its last path part, size unknown
                 sources[key].append(SourceFile(Path(str(entry)).name or str(entry), None))
         if key in data:

@@ -43,8 +43,9 @@ from transformers import (
 from ..atomic import atomic_output_dir, atomic_write_file
 from ..console import plural, transformers_progress_bars
 from ..data.chat_ready import fit_embeddings
-from ..data.compatibility import check_compatible
+from ..data.corpus import check_compatible
 from ..data.run_data import RunData, prepare_run_data
+from ..data.sources import Sources
 from ..data.tokenizer import load_or_train_tokenizer, load_tokenizer
 from ..distributed import is_main_process
 from ..errors import ConfigError
@@ -115,6 +116,7 @@ def train(
     stop_controller: StopController | None = None,
     resume: bool = False,
     load_base: Callable[[RunConfig], BaseStart] | None = None,
+    sources: Sources | None = None,
 ) -> TrainingResult:
     """Train a model end to end as the run config says; returns what it produced.
 
@@ -122,7 +124,8 @@ def train(
     thread, pass a `StopController` and call its `request_stop()`: the run saves a checkpoint at
     the next step and returns with `stopped=True`; SIGINT/SIGTERM do the same in the main thread.
     `resume=True` continues from the newest complete checkpoint in output_dir. `load_base` loads
-    `model.init_from` for a new run (minigpt.hub.base_model.load_base). The thread count the run
+    `model.init_from` for a new run (minigpt.hub.base_model.load_base); `sources` are the data files as
+    the caller found them (`find_sources(run.data)`), found here otherwise. The thread count the run
     sets is as it was again when it returns.
     """
     started = time.perf_counter()
@@ -130,7 +133,7 @@ def train(
     with cpu_run_settings(run.hardware):
         args = training_arguments(run)  # also sets up the process group under `accelerate launch`
         check_shared_output_dir(run.training.output_dir)  # several machines: one folder for all of them
-        start = choose_start(run, resume, main=args.should_save, load_base=load_base)
+        start = choose_start(run, resume, main=args.should_save, load_base=load_base, sources=sources)
         run = start.run
         tokenizer, data = _tokenizer_and_data(start, args)
         if run.training.budget is not None:  # a new run sized for its corpus and budget
@@ -162,14 +165,14 @@ def _tokenizer_and_data(start: RunStart, args: TrainingArguments) -> tuple[PreTr
     with args.main_process_first(local=False, desc="tokenizer and data"), args.main_process_first(desc="data"):
         if run.model.init_from is None:
             tokenizer = load_or_train_tokenizer(
-                run.tokenizer, run.data, new_path=start.own_tokenizer, checked=start.checked_tokenizer
+                run.tokenizer, start.sources, new_path=start.own_tokenizer, checked=start.checked_tokenizer
             )
         else:  # the base's tokenizer (a checkpoint carries the same one): the blocks are keyed by it
             tokenizer = start.base.tokenizer if start.base is not None else load_tokenizer(start.checkpoint)
             if args.should_save:
                 print(f"tokenizer: the base model's ({run.model.init_from}), {len(tokenizer)} tokens", flush=True)
         data = prepare_run_data(
-            run.data,
+            start.sources,
             tokenizer,
             seed=run.training.seed,
             eval_tokens=run.training.eval_tokens,

@@ -27,6 +27,7 @@ import torch.distributed as dist
 import yaml
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from ..data.sources import Sources, find_sources
 from ..data.tokenizer import check_existing_tokenizer
 from ..errors import ConfigError
 from ..run_layout import (
@@ -70,6 +71,7 @@ class RunStart:
     own_tokenizer: str  # <output_dir>/tokenizer: suggested when the one at tokenizer.path does not fit
     checkpoint: str | None = None  # the checkpoint a resume continues from; None for a new run
     finishing: bool = False  # the checkpoint is the run's last step: only its final model is missing
+    sources: Sources | None = None  # the data files, found, checked and fingerprinted once
     checked_tokenizer: str | None = None  # check_existing_tokenizer's answer (a run without a base)
     base: BaseStart | None = None  # the base model a new run starts from (model.init_from)
     plan: Plan | None = None  # what training.budget chose (a new run with a budget)
@@ -77,14 +79,19 @@ class RunStart:
 
 
 def choose_start(
-    run: RunConfig, resume: bool, main: bool, load_base: Callable[[RunConfig], BaseStart] | None = None
+    run: RunConfig,
+    resume: bool,
+    main: bool,
+    load_base: Callable[[RunConfig], BaseStart] | None = None,
+    sources: Sources | None = None,
 ) -> RunStart:
-    """Decide where `run` starts and make its folder ready; `main` is the process that writes files."""
+    """Decide where `run` starts and make its folder ready; `main` is the process that writes files.
+    `sources`: the data files as the caller found them (`find_sources(run.data)`), else found here."""
     output_dir = Path(run.training.output_dir)
-    start = RunStart(run, own_tokenizer=str(output_dir / "tokenizer"))
+    start = RunStart(run, own_tokenizer=str(output_dir / "tokenizer"), sources=sources or find_sources(run.data))
     start.checkpoint = find_resume_checkpoint(output_dir) if resume else None
     if run.model.init_from is None:
-        start.checked_tokenizer = check_existing_tokenizer(run.tokenizer, run.data, new_path=start.own_tokenizer)
+        start.checked_tokenizer = check_existing_tokenizer(run.tokenizer, start.sources, new_path=start.own_tokenizer)
     elif start.checkpoint is not None:  # resuming a run that started from a base: its own checkpoint only
         start.run = adopt_saved_settings(run, start.checkpoint)
     elif load_base is None:
