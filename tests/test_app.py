@@ -133,10 +133,10 @@ def test_text_generator_streams_a_hub_repo_and_lists_runs(tmp_path):
     from hub_fixtures import make_run
 
     from minigpt.app.text_generator import TextGenerator, list_model_choices
-    from minigpt.evaluation import read_run_config
     from minigpt.generation import SamplingSettings, generate_samples
     from minigpt.hub.loading import load_model, load_tokenizer, resolve_model
     from minigpt.hub.publishing import publish
+    from minigpt.run_layout import read_run_config
 
     run = make_run(tmp_path, seed=0)
     publish(run, "org/app", tmp_path / "hub", tag="v1")
@@ -467,9 +467,9 @@ def test_train_watch_stop_resume_then_generate(page, workdir):
     expect(page.locator(GENERATE_MESSAGE)).to_have_text("done (seed 3)")
     shown = page.input_value("#generated textarea")
 
-    from minigpt.evaluation import read_run_config
     from minigpt.generation import SamplingSettings, generate_samples
     from minigpt.hub.loading import load_model, load_tokenizer, resolve_model
+    from minigpt.run_layout import read_run_config
 
     location = resolve_model(latest)
     settings = SamplingSettings(max_new_tokens=12, temperature=1.0, top_k=50, top_p=1.0, seed=3)

@@ -10,10 +10,10 @@ from hub_fixtures import make_run
 from transformers import GenerationConfig
 
 from minigpt.errors import ConfigError
-from minigpt.evaluation import read_run_config
 from minigpt.generation import SamplingSettings, build_generation_config, generate_samples
 from minigpt.hub.loading import load_model, load_tokenizer, resolve_model
 from minigpt.hub.publishing import publish
+from minigpt.run_layout import read_run_config
 
 GENERATE = REPO_ROOT / "scripts" / "generate.py"
 
@@ -42,12 +42,14 @@ def test_same_seed_gives_same_text_in_another_process(run, tmp_path, subprocess_
         [PYTHON, str(GENERATE), "org/gen", "--hub-dir", str(hub_dir), "--revision", "v1", *args],
         cwd=tmp_path,
         env=subprocess_env,
+        input="y\n",  # piped: transformers' "run the custom code? [y/N]" would read it (#48)
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "--- sample 1/2 (seed 7) ---" in result.stderr and "(seed 8)" in result.stderr
+    assert "custom code" not in result.stdout + result.stderr
 
     location = resolve_model(run)  # the run folder the repo was published from
     model, tokenizer = load_model(location), load_tokenizer(location)

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from minigpt.evaluation import read_run_config
 from minigpt.generation import SamplingSettings, random_seed, stream_text
 from minigpt.hub.loading import ModelLocation, load_model, load_tokenizer, resolve_model
+from minigpt.run_layout import read_run_config
 from minigpt.training.run_folder import FINAL_DIR, RESOLVED_CONFIG_NAME, list_checkpoints
 
 

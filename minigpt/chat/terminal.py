@@ -1,8 +1,6 @@
 """The terminal chat of `scripts/chat.py`: read a line, stream the reply, until /quit or end of input.
 
-Ctrl-C is the chat's own while it runs (the CLI's guard, `minigpt.errors.run_cli`, stands aside
-while another handler is installed): during a reply it stops the reply (`ChatSession.stop`) and
-the prompt comes back; at the prompt it ends the chat, as /quit and end of input (Ctrl-D) do.
+Ctrl-C during a reply stops the reply and the prompt comes back; at the prompt it ends the chat.
 """
 
 from __future__ import annotations
