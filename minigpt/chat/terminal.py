@@ -77,15 +77,8 @@ def chat_in_terminal(
                 out.flush()
                 if reply.dropped_messages and not told_about_context:
                     told_about_context = True
-                    print(
-                        f"(the conversation outgrew the model's context of {session.context} tokens: "
-                        "it reads the latest turns only)",
-                        file=err,
-                        flush=True,
-                    )
+                    note = f"the conversation outgrew the model's context of {session.context} tokens"
+                    print(f"({note}: it reads the latest turns only)", file=err, flush=True)
         except KeyboardInterrupt:  # at the prompt: the chat ends, nothing to save
             out.write("\n")
             out.flush()
-
-
-__all__ = ["HELP", "PROMPT", "STOPPED_MARK", "chat_in_terminal"]
