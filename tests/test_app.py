@@ -271,6 +271,7 @@ def server(workdir, recorder) -> Iterator[tuple[str, subprocess.Popen]]:
         NO_PROXY="127.0.0.1,localhost",
         GRADIO_ANALYTICS_ENABLED="True",  # the app must turn it off itself
         TOKENIZERS_PARALLELISM="false",
+        PYTHONUNBUFFERED="1",  # the log holds every line as it is written
     )
     for name in ("http_proxy", "https_proxy", "no_proxy", "all_proxy", "ALL_PROXY", "HF_HUB_OFFLINE"):
         env.pop(name, None)
@@ -279,6 +280,7 @@ def server(workdir, recorder) -> Iterator[tuple[str, subprocess.Popen]]:
         [PYTHON, "scripts/app.py", "--port", str(port), "--runs-dir", str(workdir / "runs")],
         cwd=REPO_ROOT,
         env=env,
+        stdin=subprocess.DEVNULL,  # transformers' "run the custom code? [y/N]" would print to the log (#48)
         stdout=log,
         stderr=subprocess.STDOUT,
         text=True,
@@ -569,8 +571,11 @@ def test_chat_tab_streams_a_reply_stops_continues_and_resets(page, workdir):
     expect(page.locator(CHAT_USER)).to_have_count(0)
 
 
-def test_nothing_went_to_the_network(page, outside_requests, recorder, server):
-    """Neither the server (Gradio's analytics and version check, hub telemetry) nor the page."""
+def test_nothing_went_to_the_network(page, outside_requests, recorder, server, workdir):
+    """Neither the server (Gradio's analytics and version check, hub telemetry) nor the page; and
+    loading the models above neither asked on stdin nor fell back to a bare config (#48)."""
+    log = (workdir / "server.log").read_text()
+    assert "custom code" not in log and "instantiate a model of type" not in log
     assert outside_requests == []
     assert recorder.requests == []
     _, process = server

@@ -51,8 +51,9 @@ class Models:
         key = (str(location.local_dir.resolve()), location.revision, weights.exists() and weights.stat().st_mtime_ns)
         if self._loaded is None or self._loaded.key != key:
             self._loaded = None  # free the old weights before loading the new ones
-            model = load_model(location)  # first: it registers MiniGPT, so the tokenizer asks nothing (#48)
-            self._loaded = LoadedModel(key, location, model, load_tokenizer(location), read_run_config(location.local_dir))
+            model = load_model(location)  # first: it registers MiniGPT, whose config the tokenizer reads (#48)
+            tokenizer = load_tokenizer(location)
+            self._loaded = LoadedModel(key, location, model, tokenizer, read_run_config(location.local_dir))
         return self._loaded
 
     def stream(
