@@ -3,9 +3,8 @@
 Both models are freshly initialised (speed does not depend on what they learned), sample with
 top-k 50 and exactly `new_tokens` new tokens (no end-of-text stop), and run interleaved in every
 repeat so machine noise hits both alike. MiniGPT is timed the way `scripts/generate.py` runs it
-(eager, a `GrowingCache` sized for the sample) and, as extra rows, with `generate()`'s default
-`DynamicCache`, with a static cache, and with a static cache plus `torch.compile`d decoding, whose
-first call (the compilation) is reported separately. Each row keeps every repeat's value.
+(eager, `generate()`'s DynamicCache) and, as extra rows, with a static cache, and with a static
+cache plus `torch.compile`d decoding, whose first call (the compilation) is reported separately. Each row keeps every repeat's value.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ import torch
 
 from benchmarks.gpt2_twin import gpt2_twin_config
 from benchmarks.spread import format_spread, per_repeat_ratio, spread
-from minigpt.generation import decoding_cache, decoding_options
+from minigpt.generation import decoding_options
 
 
 @dataclass
@@ -75,7 +74,6 @@ def sampler(
         options: dict[str, Any] = {}
         if decoding is not None:
             options.update(decoding_options(decoding))
-            options["cache"] = decoding_cache(model, decoding, prompt.shape[1] + new_tokens)
         with torch.inference_mode():
             out = model.generate(
                 prompt,
@@ -105,10 +103,7 @@ def compare_generation(
         prompt = torch.randint(
             0, bench.vocab, (batch, bench.prompt_tokens), generator=torch.Generator().manual_seed(1)
         )
-        runs = {
-            "gpt2": sampler(models["gpt2"], prompt, bench.new_tokens),
-            "minigpt_transformers_dynamic_cache": sampler(models["minigpt"], prompt, bench.new_tokens),
-        }
+        runs = {"gpt2": sampler(models["gpt2"], prompt, bench.new_tokens)}
         for variant in variants:
             name = "minigpt" if variant == "dynamic" else f"minigpt_{variant}"
             runs[name] = sampler(models["minigpt"], prompt, bench.new_tokens, variant)

@@ -119,7 +119,7 @@ def session_contender(model, tokenizer, threads: int, max_tokens: int) -> Callab
     import torch
 
     from minigpt.chat.session import ChatSession
-    from minigpt.generation.sampling import SamplingSettings
+    from minigpt.generation import SamplingSettings
 
     def once(count_tokens: Callable[[str], int]) -> Timing:
         before = torch.get_num_threads()

@@ -48,9 +48,10 @@ def main() -> None:
     # Heavy imports, only once the arguments are good.
     from minigpt.chat.session import ChatSession, require_chat_model
     from minigpt.chat.terminal import HELP, chat_in_terminal
-    from minigpt.evaluation import read_run_config
     from minigpt.generation import SamplingSettings
     from minigpt.hub.loading import load_model, load_tokenizer, resolve_model
+    from minigpt.model import register_auto_classes
+    from minigpt.run_layout import read_run_config
 
     settings = SamplingSettings(
         max_new_tokens=args.max_new_tokens,
@@ -62,6 +63,9 @@ def main() -> None:
     )
     settings.validate()
     location = resolve_model(args.model, hub_dir=args.hub_dir, revision=args.revision)
+    # AutoTokenizer reads the model's config: with MiniGPT registered it neither asks "run the custom
+    # code? [y/N]" (which would eat the chat's input lines) nor warns of a config of type "" (#48).
+    register_auto_classes()
     tokenizer = load_tokenizer(location)
     run_config = read_run_config(location.local_dir)
     require_chat_model(tokenizer, run_config, args.model)  # a base model is refused before its weights load

@@ -52,9 +52,10 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    from minigpt.evaluation import read_run_config  # heavy: only once the arguments are good
+    # heavy imports: only once the arguments are good
     from minigpt.generation import SamplingSettings, generate_samples
     from minigpt.hub.loading import load_model, load_tokenizer, resolve_model
+    from minigpt.run_layout import read_run_config
 
     prompt = args.prompt
     if args.prompt_file is not None:

@@ -61,7 +61,7 @@ def test_exposure_warning_only_off_loopback():
 
 
 def test_overrides_parse_like_a_command_line():
-    from minigpt.app.run_manager import parse_overrides
+    from minigpt.app.training_run import parse_overrides
     from minigpt.errors import ConfigError
 
     text = "training.max_steps=5\nmodel.hidden_size=64  training.sample_prompts='[ROMEO:, JULIET:]'"
@@ -75,7 +75,7 @@ def test_overrides_parse_like_a_command_line():
 
 
 def test_samples_file_parses_into_blocks(tmp_path):
-    from minigpt.app.live_state import read_samples
+    from minigpt.run_layout import read_samples
 
     path = tmp_path / "samples.txt"
     path.write_text("--- step 4, prompt 'ROMEO:' ---\nROMEO: a\nb\n--- step 8, prompt '\\n' ---\n\nthee\n")
@@ -92,8 +92,7 @@ def test_curve_frame_names_both_curves_from_the_first_point():
     first point (as a row without a loss), and typed columns keep the axes numeric."""
     import math
 
-    from minigpt.app.live_state import RunSnapshot
-    from minigpt.app.views import curve_frame
+    from minigpt.app.training_run import RunSnapshot, curve_frame
 
     assert curve_frame(RunSnapshot()) is None
     frame = curve_frame(RunSnapshot(train_curve=[(1, 6.0), (2, 5.5)]))
@@ -109,7 +108,8 @@ def test_a_resumed_run_shows_its_past(tmp_path):
     """On resume the page starts from metrics.jsonl up to the checkpoint: curves and the last numbers."""
     import json
 
-    from minigpt.app.live_state import LiveRunState, read_log_records
+    from minigpt.app.training_run import LiveRunState
+    from minigpt.run_layout import read_log_records
 
     records = [
         {"step": 1, "loss": 6.0, "learning_rate": 1e-3, "tokens_per_second": 900.0},
@@ -132,16 +132,16 @@ def test_text_generator_streams_a_hub_repo_and_lists_runs(tmp_path):
     same text as generate_samples; the model stays loaded; runs and checkpoints are offered."""
     from hub_fixtures import make_run
 
-    from minigpt.app.text_generator import TextGenerator, list_model_choices
-    from minigpt.evaluation import read_run_config
+    from minigpt.app.models import Models, list_model_choices
     from minigpt.generation import SamplingSettings, generate_samples
     from minigpt.hub.loading import load_model, load_tokenizer, resolve_model
     from minigpt.hub.publishing import publish
+    from minigpt.run_layout import read_run_config
 
     run = make_run(tmp_path, seed=0)
     publish(run, "org/app", tmp_path / "hub", tag="v1")
     settings = SamplingSettings(max_new_tokens=8, temperature=1.0, top_k=50, seed=5)
-    generator = TextGenerator()
+    generator = Models()
     streamed = list(
         generator.stream("org/app", "ROMEO:", settings, revision="v1", hub_dir=str(tmp_path / "hub"))
     )
@@ -169,8 +169,7 @@ def test_chat_replies_continue_a_conversation_and_stop_only_their_page(tmp_path)
     alone, then a next message continues the conversation, the same as a ChatSession's."""
     from talk_fixtures import build_chat_tokenizer, never_ending_model, save_model
 
-    from minigpt.app.chat_replies import ChatReplies
-    from minigpt.app.text_generator import TextGenerator
+    from minigpt.app.models import Models
     from minigpt.chat.session import ChatSession
     from minigpt.generation import SamplingSettings
 
@@ -178,8 +177,8 @@ def test_chat_replies_continue_a_conversation_and_stop_only_their_page(tmp_path)
     model = never_ending_model(tokenizer, max_position_embeddings=128)
     folder = str(save_model(tmp_path / "chat", model, tokenizer))
     settings = SamplingSettings(max_new_tokens=30, temperature=0.0)
-    replies = ChatReplies(TextGenerator())
-    stream = replies.stream("page-a", folder, [], "Hello", settings, system_prompt="Be brief.")
+    replies = Models()
+    stream = replies.chat("page-a", folder, [], "Hello", settings, system_prompt="Be brief.")
     shown, reply = next(stream)
     assert shown[0] == {"role": "user", "content": "Hello"} and shown[1]["role"] == "assistant"
     assert reply is None
@@ -188,14 +187,14 @@ def test_chat_replies_continue_a_conversation_and_stop_only_their_page(tmp_path)
     assert reply.stopped and reply.new_tokens < 30 and conversation[-1]["content"] == reply.text
     assert not replies.stop("page-a")  # nothing in progress any more
 
-    *_, (conversation, reply) = replies.stream("page-a", folder, conversation, "Again", settings, "Be brief.")
+    *_, (conversation, reply) = replies.chat("page-a", folder, conversation, "Again", settings, "Be brief.")
     session = ChatSession(model, tokenizer, settings, "Be brief.", conversation[:2])
     assert "".join(session.reply("Again")) == reply.text and session.messages == conversation
     assert (len(conversation), reply.new_tokens, reply.stopped) == (4, 30, False)
 
 
 def test_resume_without_a_checkpoint_is_refused(tmp_path):
-    from minigpt.app.run_manager import RunManager
+    from minigpt.app.training_run import RunManager
     from minigpt.errors import ConfigError
 
     manager = RunManager()
@@ -205,7 +204,7 @@ def test_resume_without_a_checkpoint_is_refused(tmp_path):
 
 
 def test_a_start_from_a_model_that_is_not_there_is_refused(tmp_path):
-    from minigpt.app.run_manager import RunManager
+    from minigpt.app.training_run import RunManager
     from minigpt.errors import ConfigError
 
     manager = RunManager()
@@ -272,6 +271,7 @@ def server(workdir, recorder) -> Iterator[tuple[str, subprocess.Popen]]:
         NO_PROXY="127.0.0.1,localhost",
         GRADIO_ANALYTICS_ENABLED="True",  # the app must turn it off itself
         TOKENIZERS_PARALLELISM="false",
+        PYTHONUNBUFFERED="1",  # the log holds every line as it is written
     )
     for name in ("http_proxy", "https_proxy", "no_proxy", "all_proxy", "ALL_PROXY", "HF_HUB_OFFLINE"):
         env.pop(name, None)
@@ -280,6 +280,7 @@ def server(workdir, recorder) -> Iterator[tuple[str, subprocess.Popen]]:
         [PYTHON, "scripts/app.py", "--port", str(port), "--runs-dir", str(workdir / "runs")],
         cwd=REPO_ROOT,
         env=env,
+        stdin=subprocess.DEVNULL,  # transformers' "run the custom code? [y/N]" would print to the log (#48)
         stdout=log,
         stderr=subprocess.STDOUT,
         text=True,
@@ -394,7 +395,7 @@ def test_a_model_to_start_from_that_is_not_there_is_one_line_in_the_page(page, w
 
 
 def test_train_watch_stop_resume_then_generate(page, workdir):
-    from minigpt.app.views import CURVE_COLOURS
+    from minigpt.app.training_run import CURVE_COLOURS
 
     output_dir = workdir / "runs" / "smoke"
     overrides = " ".join(
@@ -467,9 +468,9 @@ def test_train_watch_stop_resume_then_generate(page, workdir):
     expect(page.locator(GENERATE_MESSAGE)).to_have_text("done (seed 3)")
     shown = page.input_value("#generated textarea")
 
-    from minigpt.evaluation import read_run_config
     from minigpt.generation import SamplingSettings, generate_samples
     from minigpt.hub.loading import load_model, load_tokenizer, resolve_model
+    from minigpt.run_layout import read_run_config
 
     location = resolve_model(latest)
     settings = SamplingSettings(max_new_tokens=12, temperature=1.0, top_k=50, top_p=1.0, seed=3)
@@ -570,8 +571,11 @@ def test_chat_tab_streams_a_reply_stops_continues_and_resets(page, workdir):
     expect(page.locator(CHAT_USER)).to_have_count(0)
 
 
-def test_nothing_went_to_the_network(page, outside_requests, recorder, server):
-    """Neither the server (Gradio's analytics and version check, hub telemetry) nor the page."""
+def test_nothing_went_to_the_network(page, outside_requests, recorder, server, workdir):
+    """Neither the server (Gradio's analytics and version check, hub telemetry) nor the page; and
+    loading the models above neither asked on stdin nor fell back to a bare config (#48)."""
+    log = (workdir / "server.log").read_text()
+    assert "custom code" not in log and "instantiate a model of type" not in log
     assert outside_requests == []
     assert recorder.requests == []
     _, process = server

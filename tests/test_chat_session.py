@@ -251,6 +251,35 @@ def test_cli_on_a_base_model_is_one_line_and_exit_2(tmp_path, monkeypatch, capsy
     ]
 
 
+def piped(script, args, stdin: str, env) -> subprocess.CompletedProcess:
+    """`python scripts/<script> args` in a fresh process (MiniGPT not yet registered with transformers),
+    `stdin` piped in."""
+    return subprocess.run(
+        [PYTHON, str(REPO_ROOT / "scripts" / script), *map(str, args)],
+        input=stdin, env=env, capture_output=True, text=True, timeout=300,
+    )
+
+
+def test_piped_chat_asks_nothing_and_answers_and_a_base_model_is_one_line(
+    chat_model_dir, model, tokenizer, tmp_path, subprocess_env
+):
+    """#48: loading the project's own model folder never asks transformers' "Do you wish to run the
+    custom code? [y/N]", which read the piped lines as answers (and the chat answered nothing)."""
+    result = piped("chat.py", [chat_model_dir, "--temperature", "0", "--max-new-tokens", "6"], "Hello\n/quit\n", subprocess_env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    session = ChatSession(model, tokenizer, SamplingSettings(max_new_tokens=6, **GREEDY))
+    assert result.stdout == f"> {''.join(session.reply('Hello'))}\n> "
+    assert "custom code" not in result.stderr
+
+    base = save_model(tmp_path / "base", tiny_model(), build_tiny_tokenizer())
+    result = piped("chat.py", [base], "Hello\n", subprocess_env)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.splitlines() == [  # no question, no "model of type `minigpt` ..." warning
+        f"error: {base} has no chat template (a base model): fine-tune it on conversations first: "
+        f"python scripts/train.py configs/chat.yaml model.init_from={base}"
+    ]
+
+
 def text_and_chat_runs(root, tokenizer) -> tuple:
     """A base run as training leaves it (its final/ carries the chat tokenizer, as every MiniGPT
     tokenizer does) and the same run recorded as a chat run (`data.format: chat`)."""

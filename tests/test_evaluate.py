@@ -374,11 +374,14 @@ def test_cli_json_from_another_folder_matches_the_library(run, tmp_path, subproc
         [PYTHON, str(EVALUATE), str(run), "--data", str(corpus), "--json"],
         cwd=elsewhere,
         env=subprocess_env,
+        input="y\n",  # piped: transformers' "run the custom code? [y/N]" would read it (#48)
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "custom code" not in result.stdout + result.stderr  # nor a bare config's warning:
+    assert "instantiate a model of type" not in result.stderr
     report = json.loads(result.stdout)
     expected = evaluate_model(resolve_model(run), data=corpus, show_progress=False)
     assert report["method"] == f"each document on its own, rolling windows of {CONTEXT} tokens"

@@ -10,10 +10,10 @@ from hub_fixtures import make_run
 from transformers import GenerationConfig
 
 from minigpt.errors import ConfigError
-from minigpt.evaluation import read_run_config
 from minigpt.generation import SamplingSettings, build_generation_config, generate_samples
 from minigpt.hub.loading import load_model, load_tokenizer, resolve_model
 from minigpt.hub.publishing import publish
+from minigpt.run_layout import read_run_config
 
 GENERATE = REPO_ROOT / "scripts" / "generate.py"
 
@@ -57,6 +57,18 @@ def test_same_seed_gives_same_text_in_another_process(run, tmp_path, subprocess_
     )
     assert result.stdout == texts[0] + "\n\n" + texts[1] + "\n"  # streamed text == generated text
     assert texts[0] != texts[1]  # sample i uses seed + i
+
+
+def test_piped_generate_on_a_run_folder_asks_nothing(run, tmp_path, subprocess_env):
+    """#48: the run's own model folder (remote code beside it) loads without transformers' "run the
+    custom code? [y/N]" on stdin, and without a bare config's warning."""
+    result = subprocess.run(
+        [PYTHON, str(GENERATE), str(run), "--prompt", "ROMEO:", "--max-new-tokens", "4", "--seed", "1"],
+        cwd=tmp_path, env=subprocess_env, input="y\n", capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.startswith("ROMEO:") and "custom code" not in result.stdout + result.stderr
+    assert "instantiate a model of type" not in result.stderr
 
 
 def test_settings_come_from_cli_then_run_config_then_generation_config():

@@ -1,9 +1,8 @@
 """Serve the app: loopback by default, never a public share link, nothing sent over the network.
 
-Gradio reports usage and checks for new versions at api.gradio.app unless told not to, and
-huggingface_hub sends telemetry; `quiet_environment()` turns all of that off before Gradio is
-imported. Ctrl-C (or SIGTERM) stops a training run the way the CLI does, with a checkpoint to
-resume from, then closes the server.
+Gradio reports usage and checks for new versions unless told not to, and huggingface_hub sends
+telemetry: `quiet_environment()` turns that off before Gradio is imported. Ctrl-C (or SIGTERM)
+stops a training run as the CLI does, with a checkpoint to resume from, then closes the server.
 """
 
 from __future__ import annotations
@@ -21,11 +20,9 @@ from minigpt.errors import MiniGPTUserError
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 7860
 SHUTDOWN_WAIT_S = 600  # how long Ctrl-C waits for the run's checkpoint before leaving anyway
-
-# Set before Gradio is imported: it reads some of them at import time.
-QUIET_ENVIRONMENT = {
+QUIET_ENVIRONMENT = {  # set before Gradio is imported: it reads some of them then
     "GRADIO_ANALYTICS_ENABLED": "False",  # no usage reports, no version check at api.gradio.app
-    "HF_HUB_DISABLE_TELEMETRY": "1",  # huggingface_hub's own telemetry
+    "HF_HUB_DISABLE_TELEMETRY": "1",
     "HF_HUB_OFFLINE": "1",  # models load from folders and the local hub folder only
 }
 
@@ -57,26 +54,20 @@ def exposure_warning(host: str, port: int) -> str | None:
 
 
 def serve(
-    host: str = DEFAULT_HOST,
-    port: int = DEFAULT_PORT,
-    config_dir: Path | None = None,
-    runs_dir: Path = Path("runs"),
+    host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, config_dir: Path | None = None, runs_dir: Path = Path("runs")
 ) -> None:
     """Start the app and block until Ctrl-C / SIGTERM; a training run is stopped with a checkpoint."""
     quiet_environment()
     if importlib.util.find_spec("gradio") is None:
         raise MiniGPTUserError("the app needs Gradio: pip install -e '.[ui]'")
-    from minigpt.training.run_config import REPO_CONFIG_DIR
-
-    from .run_manager import RunManager
-    from .text_generator import TextGenerator
+    from .models import Models
+    from .training_run import RunManager
     from .ui import CSS, build_app
 
-    warning = exposure_warning(host, port)
-    if warning:
+    if warning := exposure_warning(host, port):
         print(warning, file=sys.stderr, flush=True)
     manager = RunManager()
-    app = build_app(manager, TextGenerator(), config_dir or REPO_CONFIG_DIR, runs_dir)
+    app = build_app(manager, Models(), config_dir, runs_dir)
     app.queue(default_concurrency_limit=1)
     app.launch(
         server_name=host,
@@ -91,33 +82,17 @@ def serve(
         quiet=True,  # its banner suggests share=True; we print our own line
         css=CSS,
     )
-    print(
-        f"MiniGPT app on http://{host}:{port} (Ctrl-C stops a run with a checkpoint, then quits)", flush=True
-    )
-    _wait_for_interrupt()
-    if manager.is_running:
-        print("stopping the training run: saving a checkpoint ...", file=sys.stderr, flush=True)
-        manager.shutdown(timeout=SHUTDOWN_WAIT_S)
-        print(manager.snapshot().message, file=sys.stderr, flush=True)
-    app.close()
-
-
-def _wait_for_interrupt() -> None:
-    """Block the main thread until Ctrl-C or SIGTERM (SIGTERM is made to behave like Ctrl-C)."""
+    print(f"MiniGPT app on http://{host}:{port} (Ctrl-C stops a run with a checkpoint, then quits)", flush=True)
     done = threading.Event()
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-
-    def handle(signum: int, frame: object) -> None:
-        done.set()
-
-    for sig in previous:
-        signal.signal(sig, handle)
+    previous = {sig: signal.signal(sig, lambda signum, frame: done.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         while not done.wait(0.5):  # a timed wait, so the handler gets to run promptly
             pass
     finally:
         for sig, handler in previous.items():  # a second Ctrl-C during the shutdown aborts at once
             signal.signal(sig, handler)
-
-
-__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "exposure_warning", "is_loopback", "quiet_environment", "serve"]
+    if manager.is_running:
+        print("stopping the training run: saving a checkpoint ...", file=sys.stderr, flush=True)
+        manager.shutdown(timeout=SHUTDOWN_WAIT_S)
+        print(manager.snapshot().message, file=sys.stderr, flush=True)
+    app.close()

@@ -1,9 +1,7 @@
-"""The page: a Train tab (start, stop, resume, watch), a Generate tab (try any model) and a Chat tab
-(talk to a chat model), in Gradio.
+"""The page, in Gradio: a Train tab (start, stop, resume, watch), a Generate tab and a Chat tab.
 
-Every page polls the server's one `RunManager` once a second (`gr.Timer`) and redraws only what
-changed since its last poll, so any number of pages, opened before or during a run, show the same
-live run. Actions answer in the page as one line; errors never reach Gradio's error pop-up.
+Every page polls the server's one `RunManager` once a second and redraws only what changed, so any
+number of pages show the same live run. Actions answer as one line; errors never pop up.
 """
 
 from __future__ import annotations
@@ -20,11 +18,20 @@ from minigpt.chat.session import Reply
 from minigpt.errors import MiniGPTUserError
 from minigpt.generation import SamplingSettings
 
-from .chat_replies import ChatReplies, Messages
-from .live_state import FINISHED, IDLE, STOPPED
-from .run_manager import RunManager, one_line
-from .text_generator import TextGenerator, list_model_choices
-from .views import CURVE_COLOURS, config_choices, curve_frame, display_path, samples_text, status_markdown
+from .models import Messages, Models, list_model_choices
+from .training_run import (
+    CURVE_COLOURS,
+    FINISHED,
+    IDLE,
+    STOPPED,
+    RunManager,
+    config_choices,
+    curve_frame,
+    display_path,
+    one_line,
+    samples_text,
+    status_markdown,
+)
 
 POLL_SECONDS = 1.0
 TITLE = "MiniGPT"
@@ -54,20 +61,10 @@ def errors_of(action: Callable[[], object]) -> str:
     return ""
 
 
-def build_app(
-    manager: RunManager,
-    generator: TextGenerator,
-    config_dir: Path,
-    runs_dir: Path,
-    default_config: str | None = None,
-) -> gr.Blocks:
-    """The Gradio Blocks of the app (not launched)."""
-    chat = ChatReplies(generator)
+def build_app(manager: RunManager, models: Models, config_dir: Path | None, runs_dir: Path) -> gr.Blocks:
+    """The Gradio Blocks of the app (not launched); `config_dir` None: the repository's configs/."""
     configs = config_choices(config_dir)
-    if default_config is None:
-        default_config = next(
-            (c for c in configs if c.endswith("shakespeare.yaml")), configs[0] if configs else ""
-        )
+    default_config = next((c for c in configs if c.endswith("shakespeare.yaml")), configs[0] if configs else "")
 
     def model_roots() -> list[Path]:
         roots = [runs_dir]
@@ -85,31 +82,18 @@ def build_app(
         with gr.Tab("Train"):
             with gr.Row():
                 config = gr.Dropdown(
-                    configs,
-                    value=default_config,
-                    allow_custom_value=True,
-                    label="Run config",
-                    info="a config in configs/, or the path of your own",
-                    elem_id="config",
-                    scale=1,
+                    configs, value=default_config, allow_custom_value=True, label="Run config",
+                    info="a config in configs/, or the path of your own", elem_id="config", scale=1,
                 )
                 overrides = gr.Textbox(
-                    label="Overrides",
-                    info="section.key=value, separated by spaces or new lines, as on the command line",
-                    placeholder="training.max_steps=200 model.hidden_size=64",
-                    lines=2,
-                    elem_id="overrides",
-                    scale=2,
+                    label="Overrides", info="section.key=value, separated by spaces or new lines, as on the command line",
+                    placeholder="training.max_steps=200 model.hidden_size=64", lines=2, elem_id="overrides", scale=2,
                 )
             with gr.Row():
                 init_from = gr.Dropdown(
-                    [""] + models_list(),
-                    value="",
-                    allow_custom_value=True,
-                    label="Start from a model",
+                    [""] + models_list(), value="", allow_custom_value=True, label="Start from a model",
                     info="empty: random weights; a run, checkpoint or model folder, or ORG/NAME in the hub "
-                    "folder (a tag: model.init_revision=... in the overrides)",
-                    elem_id="init-from",
+                    "folder (a tag: model.init_revision=... in the overrides)", elem_id="init-from",
                 )
             with gr.Row():
                 start = gr.Button("Start", variant="primary", elem_id="start")
@@ -119,35 +103,19 @@ def build_app(
             status = gr.Markdown(status_markdown(manager.snapshot()), elem_id="run-status")
             with gr.Row():
                 curve = gr.LinePlot(
-                    curve_frame(manager.snapshot()),
-                    x="step",
-                    y="loss",
-                    color="curve",
-                    color_map=CURVE_COLOURS,
-                    title="Loss (nats per token)",
-                    height=320,
-                    elem_id="loss-curve",
-                    scale=3,
+                    curve_frame(manager.snapshot()), x="step", y="loss", color="curve", color_map=CURVE_COLOURS,
+                    title="Loss (nats per token)", height=320, elem_id="loss-curve", scale=3,
                 )
                 samples = gr.Textbox(
-                    label="Latest samples",
-                    lines=12,
-                    max_lines=12,
-                    interactive=False,
-                    autoscroll=False,
-                    elem_id="samples",
-                    scale=2,
+                    label="Latest samples", lines=12, max_lines=12, interactive=False, autoscroll=False,
+                    elem_id="samples", scale=2,
                 )
 
         with gr.Tab("Generate"):
-            model, revision, hub_dir, refresh = model_picker(
-                "", "a run, checkpoint or model folder, or ORG/NAME in the hub folder", models_list()
-            )
+            model, revision, hub_dir, refresh = model_picker("", "a run, checkpoint or model folder, or ORG/NAME in the hub folder", models_list())
             prompt = gr.Textbox(label="Prompt", lines=3, placeholder="ROMEO:", elem_id="prompt")
             with gr.Row():
-                max_new_tokens, temperature, top_k, top_p, seed = sampling_numbers(
-                    "", "Max new tokens", "-1: a new random seed"
-                )
+                max_new_tokens, temperature, top_k, top_p, seed = sampling_numbers("", "Max new tokens", "-1: a new random seed")
             generate = gr.Button("Generate", variant="primary", elem_id="generate")
             generate_message = gr.Markdown(elem_id="generate-message", elem_classes="message")
             output = gr.Textbox(label="Text", lines=10, interactive=False, elem_id="generated")
@@ -160,20 +128,12 @@ def build_app(
                 models_list(),
             )
             system_prompt = gr.Textbox(
-                label="System prompt",
-                placeholder="who the model is, how it answers (optional)",
-                elem_id="chat-system",
+                label="System prompt", placeholder="who the model is, how it answers (optional)", elem_id="chat-system"
             )
-            chatbot = gr.Chatbot(
-                label="Conversation",
-                height=420,
-                render_markdown=False,  # the model's text as it wrote it
-                buttons=["copy", "copy_all"],  # no "share": it posts to the hub
-                elem_id="chat-history",
+            chatbot = gr.Chatbot(  # the model's text as it wrote it; no "share" button: it posts to the hub
+                label="Conversation", height=420, render_markdown=False, buttons=["copy", "copy_all"], elem_id="chat-history"
             )
-            chat_input = gr.Textbox(
-                label="Message", placeholder="Enter sends", elem_id="chat-input", autofocus=False
-            )
+            chat_input = gr.Textbox(label="Message", placeholder="Enter sends", elem_id="chat-input", autofocus=False)
             with gr.Row():
                 chat_send = gr.Button("Send", variant="primary", elem_id="chat-send")
                 chat_stop = gr.Button("Stop", variant="stop", elem_id="chat-stop")
@@ -184,34 +144,21 @@ def build_app(
                     chat_max_new_tokens, chat_temperature, chat_top_k, chat_top_p, chat_seed = sampling_numbers(
                         "chat-", "Reply limit (tokens)", "-1: new random seeds"
                     )
-            conversation = gr.State(
-                []
-            )  # this page's conversation, exactly as said (the Chatbot reformats it)
+            conversation = gr.State([])  # this page's conversation, exactly as said (the Chatbot reformats it)
 
         # ---- Train tab ---------------------------------------------------------------------
-        def draw(
-            seen_versions: tuple[int, int], model_value: str | None, list_models: bool = False
-        ) -> tuple[Any, ...]:
-            """Everything that changed since this page last drew: status, curve, samples, models.
-
-            `list_models` lists the models on disk even when no run has just ended (a page opening).
-            """
+        def draw(seen_versions: tuple[int, int], model_value: str | None, list_models: bool = False) -> tuple[Any, ...]:
+            """Everything that changed since this page last drew: status, curve, samples, models
+            (`list_models`: list them even when no run has just ended, as a page opens)."""
             snap = manager.snapshot()
             if (snap.version, snap.curve_version) == tuple(seen_versions):
                 return gr.skip(), gr.skip(), gr.skip(), gr.skip(), seen_versions
             plot = curve_frame(snap) if snap.curve_version != seen_versions[1] else gr.skip()
-            models = gr.update(choices=models_list()) if list_models else gr.skip()
+            listed = gr.update(choices=models_list()) if list_models else gr.skip()
             if snap.status in (STOPPED, FINISHED):  # a new checkpoint or final/ to try
                 produced = snap.final_dir or snap.checkpoint
-                value = display_path(Path(produced)) if produced else model_value
-                models = gr.update(choices=models_list(), value=value)
-            return (
-                status_markdown(snap),
-                plot,
-                samples_text(snap),
-                models,
-                (snap.version, snap.curve_version),
-            )
+                listed = gr.update(choices=models_list(), value=display_path(Path(produced)) if produced else model_value)
+            return status_markdown(snap), plot, samples_text(snap), listed, (snap.version, snap.curve_version)
 
         drawn = [status, curve, samples, model, seen]
         timer = gr.Timer(POLL_SECONDS)
@@ -227,58 +174,27 @@ def build_app(
 
         app.load(on_load, [seen, model], [config, overrides, *drawn], show_progress="hidden")
 
-        start.click(
-            lambda c, o, b: errors_of(lambda: manager.start(c, o, init_from=b)),
-            [config, overrides, init_from],
-            train_error,
-            show_progress="hidden",  # answers at once; a spinner would only flash
-            concurrency_limit=None,
-        )
-        resume.click(
-            lambda c, o, b: errors_of(lambda: manager.start(c, o, resume=True, init_from=b)),
-            [config, overrides, init_from],
-            train_error,
-            show_progress="hidden",  # answers at once; a spinner would only flash
-            concurrency_limit=None,
-        )
-        stop.click(
-            lambda: errors_of(manager.stop),
-            None,
-            train_error,
-            show_progress="hidden",
-            concurrency_limit=None,
-        )
+        for button, again in ((start, False), (resume, True)):  # both answer at once: no spinner
+            button.click(
+                lambda c, o, b, again=again: errors_of(lambda: manager.start(c, o, resume=again, init_from=b)),
+                [config, overrides, init_from],
+                train_error,
+                show_progress="hidden",
+                concurrency_limit=None,
+            )
+        stop.click(lambda: errors_of(manager.stop), None, train_error, show_progress="hidden", concurrency_limit=None)
 
         # ---- Generate tab ------------------------------------------------------------------
         refresh.click(lambda: gr.update(choices=models_list()), None, model)
 
-        def run_generation(
-            model_name: str | None,
-            revision_text: str,
-            hub_text: str,
-            prompt_text: str,
-            max_tokens: float | None,
-            temp: float | None,
-            k: float | None,
-            p: float | None,
-            seed_value: float | None,
-        ) -> Iterator[tuple[str, str]]:
-            if not (model_name or "").strip():
+        def run_generation(name: str | None, rev: str, hub: str, prompt_text: str, *numbers) -> Iterator[tuple[str, str]]:
+            if not (name or "").strip():
                 yield "", "error: choose a model: a run, checkpoint or model folder, or ORG/NAME"
                 return
-            settings = SamplingSettings(  # the page's "as the run" / "random" values are None here
-                max_new_tokens=int(max_tokens) if max_tokens else None,
-                temperature=temp,
-                top_k=None if k is None else int(k),
-                top_p=p,
-                seed=None if seed_value is None or seed_value < 0 else int(seed_value),
-            )
             text, used_seed = "", None
             try:
-                yield "", f"loading {model_name} ..."
-                for text, used_seed in generator.stream(
-                    model_name, prompt_text, settings, revision_text, hub_text
-                ):
+                yield "", f"loading {name} ..."
+                for text, used_seed in models.stream(name, prompt_text, sampling_settings(*numbers), rev, hub):
                     yield text, f"generating (seed {used_seed}) ..."
             except Exception as err:  # the server keeps running whatever generation raised
                 yield text, error_line(err)
@@ -296,55 +212,22 @@ def build_app(
         chat_refresh.click(lambda: gr.update(choices=models_list()), None, chat_model)
 
         def run_chat(
-            model_name: str | None,
-            revision_text: str,
-            hub_text: str,
-            system_text: str,
-            messages: Messages,
-            text: str,
-            max_tokens: float | None,
-            temp: float | None,
-            k: float | None,
-            p: float | None,
-            seed_value: float | None,
-            request: gr.Request,
+            request: gr.Request, name: str | None, rev: str, hub: str, system_text: str, messages: Messages, text: str, *numbers
         ) -> Iterator[tuple[Any, ...]]:
-            """Stream the reply to `text` into the conversation; (chatbot, conversation, input, status)."""
-            if not (model_name or "").strip():
-                yield (
-                    messages,
-                    messages,
-                    text,
-                    "error: choose a chat model: a run, checkpoint or model folder, or ORG/NAME",
-                )
+            """Stream the reply to `text` into the conversation; (chatbot, conversation, input, status).
+            (`request` first: Gradio passes it by position, and only before *numbers.)"""
+            if not (name or "").strip():
+                yield messages, messages, text, "error: choose a chat model: a run, checkpoint or model folder, or ORG/NAME"
                 return
             if not (text or "").strip():
                 yield gr.skip(), gr.skip(), gr.skip(), "write a message first"
                 return
-            settings = SamplingSettings(  # the page's "as the run" / "random" values are None here
-                max_new_tokens=int(max_tokens) if max_tokens else None,
-                temperature=temp,
-                top_k=None if k is None else int(k),
-                top_p=p,
-                seed=None if seed_value is None or seed_value < 0 else int(seed_value),
-            )
-            asked = [*messages, {"role": "user", "content": text}]
             page = request.session_hash or ""
-            resets = chat.resets(page)  # a Reset after this point: the reply shows nothing more
-            yield asked, messages, "", f"loading {model_name} ..."
+            resets = models.resets(page)  # a Reset after this point: the reply shows nothing more
+            yield [*messages, {"role": "user", "content": text}], messages, "", f"loading {name} ..."
             try:
-                replies = chat.stream(
-                    page,
-                    model_name,
-                    messages,
-                    text,
-                    settings,
-                    system_text,
-                    revision_text,
-                    hub_text,
-                )
-                for shown, reply in replies:
-                    if chat.resets(page) != resets:  # reset while replying: the page is cleared
+                for shown, reply in models.chat(page, name, messages, text, sampling_settings(*numbers), system_text, rev, hub):
+                    if models.resets(page) != resets:  # reset while replying: the page is cleared
                         yield gr.skip(), gr.skip(), gr.skip(), gr.skip()
                         continue  # the stopped reply ends at its next token
                     if reply is None:
@@ -354,31 +237,20 @@ def build_app(
             except Exception as err:  # the server keeps running whatever the reply raised
                 yield messages, messages, text, error_line(err)
 
-        chat_inputs = [
-            chat_model,
-            chat_revision,
-            chat_hub_dir,
-            system_prompt,
-            conversation,
-            chat_input,
-            chat_max_new_tokens,
-            chat_temperature,
-            chat_top_k,
-            chat_top_p,
-            chat_seed,
-        ]
+        chat_inputs = [chat_model, chat_revision, chat_hub_dir, system_prompt, conversation, chat_input]
+        chat_inputs += [chat_max_new_tokens, chat_temperature, chat_top_k, chat_top_p, chat_seed]
         chat_outputs = [chatbot, conversation, chat_input, chat_status]
         for trigger in (chat_send.click, chat_input.submit):
             trigger(run_chat, chat_inputs, chat_outputs, concurrency_limit=1, concurrency_id="chat")
 
         def stop_reply(request: gr.Request) -> Any:
-            stopped = chat.stop(request.session_hash or "")
+            stopped = models.stop(request.session_hash or "")
             return gr.skip() if stopped else "no reply in progress"
 
         chat_stop.click(stop_reply, None, chat_status, queue=False, show_progress="hidden")
 
         def reset_quietly(request: gr.Request) -> None:
-            chat.reset(request.session_hash or "")
+            models.reset(request.session_hash or "")
 
         def clear_chat() -> tuple[Any, ...]:
             return [], [], "the conversation is reset"
@@ -388,12 +260,7 @@ def build_app(
         # conversation once that reply has ended (the same concurrency group).
         for trigger in (chat_reset.click, chatbot.clear):  # the Chatbot's own bin resets it too
             trigger(reset_quietly, None, None, queue=False).then(
-                clear_chat,
-                None,
-                [chatbot, conversation, chat_status],
-                concurrency_limit=1,
-                concurrency_id="chat",
-                show_progress="hidden",
+                clear_chat, None, [chatbot, conversation, chat_status], concurrency_limit=1, concurrency_id="chat", show_progress="hidden"
             )
     return app
 
@@ -402,19 +269,9 @@ def model_picker(prefix: str, info: str, choices: list[str]) -> tuple[Any, Any, 
     """A row of model (among `choices`), revision and hub-folder fields and a "Refresh list" button;
     element ids start with `prefix` (one picker per tab)."""
     with gr.Row():
-        model = gr.Dropdown(
-            choices,
-            value="",
-            allow_custom_value=True,
-            label="Model",
-            info=info,
-            elem_id=f"{prefix}model",
-            scale=3,
-        )
+        model = gr.Dropdown(choices, value="", allow_custom_value=True, label="Model", info=info, elem_id=f"{prefix}model", scale=3)
         revision = gr.Textbox(label="Revision", placeholder="main", elem_id=f"{prefix}revision", scale=1)
-        hub_dir = gr.Textbox(
-            label="Hub folder", placeholder="$HF_HUB_CACHE or ./hub", elem_id=f"{prefix}hub-dir", scale=1
-        )
+        hub_dir = gr.Textbox(label="Hub folder", placeholder="$HF_HUB_CACHE or ./hub", elem_id=f"{prefix}hub-dir", scale=1)
         refresh = gr.Button("Refresh list", scale=0, elem_id=f"{prefix}refresh-models")
     return model, revision, hub_dir, refresh
 
@@ -433,14 +290,20 @@ def sampling_numbers(prefix: str, limit_label: str, seed_info: str) -> tuple[Any
     )
 
 
+def sampling_settings(max_tokens: float | None, temp: float | None, k: float | None, p: float | None, seed: float | None) -> SamplingSettings:
+    """The sampling fields' values: 0 new tokens ("as the run") and a negative seed (random) are None."""
+    return SamplingSettings(
+        max_new_tokens=int(max_tokens) if max_tokens else None,
+        temperature=temp,
+        top_k=None if k is None else int(k),
+        top_p=p,
+        seed=None if seed is None or seed < 0 else int(seed),
+    )
+
+
 def chat_status_line(reply: Reply) -> str:
     """How a reply ended, in one line: its tokens, why it ended, its seed, what the model read."""
-    if reply.stopped:
-        how = "stopped"
-    elif reply.ended:
-        how = "done"
-    else:
-        how = "reply limit reached"
+    how = "stopped" if reply.stopped else "done" if reply.ended else "reply limit reached"
     line = f"{how}: {reply.new_tokens} tokens (seed {reply.seed})"
     if reply.dropped_messages:
         line += f"; the model read the latest turns only ({reply.dropped_messages} earlier messages outgrew its context)"

@@ -1,15 +1,10 @@
 """Conversations from Tiny Shakespeare's own dialogue, in the ecosystem's JSON-lines chat format.
 
-The play text is a run of speeches, each `NAME:` on its own line and the speech under it, separated
-by blank lines. A conversation is two speakers taking turns: speech i (the user) answered by speech
-i + 1 of another speaker (the assistant), continued while the same two alternate, up to
-`MAX_TURNS` speeches and `MAX_CHARS` characters of speech, always ending on the assistant's. A system line names both speakers. Each speech belongs to at most one conversation,
-so the set is smaller than the text.
-
-The split follows the base run's (configs/shakespeare.yaml: the last `validation_fraction` of the
-bytes, cut at a line end) and is found by the data stage's own split code, so a conversation is in
-the validation file only when all of it lies in the text the base model never trained on; one that
-straddles the cut is left out.
+A conversation is two speakers taking turns (speech i the user's, speech i + 1 another speaker's,
+the assistant's), up to `MAX_TURNS` speeches and `MAX_CHARS` characters, ending on the assistant's,
+with a system line naming both; each speech is in one conversation at most. The split is the base
+run's (configs/shakespeare.yaml), found by the data stage's own split code: a conversation that
+straddles the cut is left out, so the base model never trained on a validation conversation.
 """
 
 from __future__ import annotations
@@ -26,10 +21,8 @@ from ..data.sources import find_sources
 from ..data.text_rows import iter_texts
 from ..errors import DataError
 
-MAX_TURNS = 4  # speeches per conversation at most: two short exchanges fit the default run's 128-token context
-# Characters of speech per conversation at most: with the system line and the role headers, about
-# the default run's 128-token context, so most conversations are seen whole.
-MAX_CHARS = 240
+MAX_TURNS = 4  # two short exchanges fit the default run's 128-token context
+MAX_CHARS = 240  # with the system line and role headers, about that context: most are seen whole
 SYSTEM_LINE = "A scene from Shakespeare. You are {assistant}, speaking with {user}."
 
 

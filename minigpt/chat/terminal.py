@@ -1,8 +1,6 @@
 """The terminal chat of `scripts/chat.py`: read a line, stream the reply, until /quit or end of input.
 
-Ctrl-C is the chat's own while it runs (the CLI's guard, `minigpt.errors.run_cli`, stands aside
-while another handler is installed): during a reply it stops the reply (`ChatSession.stop`) and
-the prompt comes back; at the prompt it ends the chat, as /quit and end of input (Ctrl-D) do.
+Ctrl-C during a reply stops the reply and the prompt comes back; at the prompt it ends the chat.
 """
 
 from __future__ import annotations
@@ -79,15 +77,8 @@ def chat_in_terminal(
                 out.flush()
                 if reply.dropped_messages and not told_about_context:
                     told_about_context = True
-                    print(
-                        f"(the conversation outgrew the model's context of {session.context} tokens: "
-                        "it reads the latest turns only)",
-                        file=err,
-                        flush=True,
-                    )
+                    note = f"the conversation outgrew the model's context of {session.context} tokens"
+                    print(f"({note}: it reads the latest turns only)", file=err, flush=True)
         except KeyboardInterrupt:  # at the prompt: the chat ends, nothing to save
             out.write("\n")
             out.flush()
-
-
-__all__ = ["HELP", "PROMPT", "STOPPED_MARK", "chat_in_terminal"]

@@ -1,28 +1,11 @@
-r"""Loss, perplexity and bits per byte of a causal language model over a text, as an `evaluate` metric.
+"""Loss, perplexity and bits per byte of a causal language model over a text, as an `evaluate` metric.
 
-Inputs are per-window sums, not per-token values, so a whole corpus costs a few numbers per
-window: `nll_sum` and `num_tokens` (summed next-token cross-entropy in nats of the predictions
-scored, and how many), `text_nll_sum` and `num_text_tokens` (the same for the predicted tokens that
-encode text: not an end-of-text separator or another special token) and `num_bytes` (the UTF-8
-bytes those text tokens encode).
-
-    loss             = sum(nll_sum) / sum(num_tokens)                  nats per predicted token
-    perplexity       = exp(loss)
-    bits_per_byte    = sum(text_nll_sum) / sum(num_bytes) / ln 2       bits per byte, any tokenizer
-    byte_perplexity  = exp(sum(text_nll_sum) / sum(num_bytes))         = 2 ** bits_per_byte
-    word_perplexity  = exp(sum(text_nll_sum) / text_words)             with compute(text_words=N)
-
-Bits per byte is the loss of the tokens that encode the text over the bytes they encode, as
-lm-evaluation-harness's `bits_per_byte` (-sum of log-likelihoods / bytes / ln 2); no token is
-counted at an average. `compute(text_bytes=N)` divides by N instead of the summed `num_bytes`:
-the text's own size, exact for any tokenizer when every token of the text was scored. The two
-perplexities are lm-evaluation-harness's `byte_perplexity` and `word_perplexity` (its
-`weighted_perplexity` aggregation: exp of the negative log-likelihood over the bytes, or over the
-words, `len(re.split(r"\s+", document))` summed over the documents, which the caller counts and
-passes as `text_words`; without it `word_perplexity` is None).
-
-Shipped inside the minigpt package and loaded offline from its path:
-`evaluate.load(str(path_to_this_folder))`.
+Inputs are per-window sums, so a whole corpus costs a few numbers per window. Bits per byte is the
+loss of the tokens that encode the text over the bytes they encode (lm-evaluation-harness's
+`bits_per_byte`: -sum of log-likelihoods / bytes / ln 2); byte and word perplexity are its
+`byte_perplexity` and `word_perplexity` (`weighted_perplexity`: exp of the negative log-likelihood
+over the bytes or over the words, which the caller counts). Shipped inside the minigpt package and
+loaded offline from its path: `evaluate.load(str(path_to_this_folder))`.
 """
 
 from __future__ import annotations
