@@ -68,10 +68,7 @@ class MaxTimeCallback(TrainerCallback):
                     file=sys.stderr,
                     flush=True,
                 )
-        over = torch.tensor([int(elapsed >= self.max_time)], device=args.device)
-        if args.world_size > 1 and dist.is_available() and dist.is_initialized():
-            dist.all_reduce(over, op=dist.ReduceOp.MAX)  # every process ends at the same step
-        if over.item():
+        if _max_over_processes([int(elapsed >= self.max_time)], args)[0]:  # every process ends at one step
             control.should_training_stop = True
             control.should_save = True
 
@@ -306,22 +303,23 @@ class StopTrainingCallback(TrainerCallback):
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs
     ) -> TrainerControl:
-        requested, signum = self.agree_across_processes(args)
+        controller = self.controller
+        requested, signum = _max_over_processes([int(controller.stop_requested), controller.signum or 0], args)
         if requested:
-            if not self.controller.stop_requested:  # another process got the signal
-                self.controller.request_stop("stop requested on another process", signum or None)
-            self.controller.stopped_at_step = state.global_step
+            if not controller.stop_requested:  # another process got the signal
+                controller.request_stop("stop requested on another process", signum or None)
+            controller.stopped_at_step = state.global_step
             control.should_save = True
             control.should_training_stop = True
             control.should_evaluate = False  # a stop is a save and an exit: no scheduled evaluation first
         return control
 
-    def agree_across_processes(self, args: TrainingArguments) -> tuple[bool, int]:
-        requested = self.controller.stop_requested
-        signum = self.controller.signum or 0
-        if args.world_size <= 1 or not (dist.is_available() and dist.is_initialized()):
-            return requested, signum
-        flags = torch.tensor([int(requested), signum], dtype=torch.int64, device=args.device)
-        dist.all_reduce(flags, op=dist.ReduceOp.MAX)  # (2,): any process asked, and its signal
-        return bool(flags[0].item()), int(flags[1].item())
+
+def _max_over_processes(values: list[int], args: TrainingArguments) -> list[int]:
+    """Each value's maximum over the processes (one process's stop is everyone's)."""
+    if args.world_size <= 1 or not (dist.is_available() and dist.is_initialized()):
+        return values
+    flags = torch.tensor(values, dtype=torch.int64, device=args.device)
+    dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+    return flags.tolist()
 

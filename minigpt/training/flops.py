@@ -101,9 +101,7 @@ def _matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return a @ b
 
 
-def measure_matmul_peak(
-    device: torch.device, dtype: torch.dtype, seconds: float = MEASURE_SECONDS
-) -> PeakMeasurement:
+def measure_matmul_peak(device: torch.device, dtype: torch.dtype, seconds: float = MEASURE_SECONDS) -> PeakMeasurement:
     """Best FLOP/s of a square matmul at `dtype` in about `seconds`: the side doubles from START_SIZE
     while a multiply takes under 1/20 of the time, then the largest repeats; the best run counts
     (other work only ever slows a run down)."""
@@ -139,11 +137,7 @@ def measure_matmul_peak(
 
 
 def resolve_peak_flops(
-    setting: float | str,
-    device: torch.device,
-    dtype: torch.dtype,
-    tf32: bool = False,
-    cache_file: Path | None = None,
+    setting: float | str, device: torch.device, dtype: torch.dtype, tf32: bool = False, cache_file: Path | None = None
 ) -> PeakFlops:
     """`hardware.peak_flops` as a number and its source. "auto": a known GPU's datasheet figure, else the
     cached measurement for this machine, threads and dtype, or a new one (cached when the cores were quiet)."""
@@ -156,7 +150,7 @@ def resolve_peak_flops(
             return PeakFlops(known[1], f"datasheet: {known[0]}, {precision} dense", trusted=True)
     cache_file = cache_file or user_cache_dir() / PEAK_FLOPS_FILE
     entry = _read_cache(cache_file).get(peak_flops_key(device, dtype))
-    if _valid(entry):
+    if isinstance(entry, dict) and isinstance(entry.get("flops"), int | float) and entry["flops"] > 0:
         how = entry.get("how", "measured")
         return PeakFlops(float(entry["flops"]), f"{how}, cached in {cache_file}", trusted=True, measured=True)
     measured = measure_matmul_peak(device, dtype)
@@ -169,12 +163,8 @@ def resolve_peak_flops(
         with contextlib.suppress(OSError), atomic_write_file(cache_file, encoding="utf-8") as handle:
             json.dump(cached, handle, indent=2)  # a read-only home only loses the cache
         return PeakFlops(measured.flops, f"measured: {how}; cached in {cache_file}", trusted=True, measured=True)
-    return PeakFlops(
-        measured.flops,
-        f"measured: {how}, while other processes used {measured.others_cores:.1f} core(s): not cached",
-        trusted=False,
-        measured=True,
-    )
+    busy = f"measured: {how}, while other processes used {measured.others_cores:.1f} core(s): not cached"
+    return PeakFlops(measured.flops, busy, trusted=False, measured=True)
 
 
 def device_name(device: torch.device) -> str:
@@ -190,14 +180,7 @@ def _threads(device: torch.device) -> str:
 
 def peak_flops_key(device: torch.device, dtype: torch.dtype) -> str:
     """Cache key: what the measured rate depends on (hardware, threads on CPU, dtype, torch)."""
-    return (
-        f"{device_name(device)} | {_threads(device)} | {str(dtype).removeprefix('torch.')} | "
-        f"torch {torch.__version__}"
-    )
-
-
-def _valid(entry: object) -> bool:
-    return isinstance(entry, dict) and isinstance(entry.get("flops"), int | float) and entry["flops"] > 0
+    return f"{device_name(device)} | {_threads(device)} | {str(dtype).removeprefix('torch.')} | torch {torch.__version__}"
 
 
 def _read_cache(cache_file: Path) -> dict:
@@ -232,9 +215,7 @@ class ThroughputMeter:
     ) -> None:
         self.samples_per_step = samples_per_step  # blocks per optimizer step, across all processes
         self.tokens_per_step = samples_per_step * block_size
-        self.flops_per_token = flops_per_token
-        self.peak_flops = peak_flops  # of one device
-        self.num_devices = num_devices
+        self.flops_per_token, self.peak_flops, self.num_devices = flops_per_token, peak_flops, num_devices  # peak: one device's
         self.step_started: float | None = None
         self.window_seconds, self.window_steps = 0.0, 0
         self.steps_timed = 0  # optimizer steps of this session (a resumed run counts from its resume)

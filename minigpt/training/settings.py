@@ -14,6 +14,7 @@ import difflib
 import functools
 import importlib.metadata
 import typing
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,20 +87,14 @@ CHECKS = {
 TRAINER_DEFAULT = object()  # a field whose default TrainingArguments computes (e.g. `optim`)
 
 
-class _AnyName(dict):
-    """Names in transformers' annotations not imported here (enums of strings) read as `str`."""
-
-    def __missing__(self, name: str) -> Any:
-        return str
-
-
 @functools.cache
 def trainer_fields() -> dict[str, tuple[Any, Any]]:
     """`TrainingArguments`' fields as transformers declares them: {name: (type, default)}."""
     source = Path(importlib.metadata.distribution("transformers").locate_file("transformers/training_args.py"))
     source = source.read_text(encoding="utf-8")
     body = next(n for n in ast.parse(source).body if getattr(n, "name", None) == "TrainingArguments").body
-    names = _AnyName(Any=Any, Literal=Literal, dict=dict, list=list, bool=bool, int=int, float=float, str=str)
+    # Names in the annotations that are not imported here (enums of strings) read as `str`.
+    names = defaultdict(lambda: str, Any=Any, Literal=Literal, dict=dict, list=list, bool=bool, int=int, float=float)
     fields = {}
     for node in body:
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):

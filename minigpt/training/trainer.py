@@ -61,18 +61,12 @@ from .hardware import resolve_hardware, tf32_matmuls, training_dtype
 from .interrupt import StopController
 from .settings import RunConfig, TrainingSettings, effective_batch_size, require_choice
 
-WSD = "warmup_stable_decay"
-
-
-def fsdp_requested() -> bool:
-    """True when `accelerate launch` was given an FSDP config."""
-    return os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
-
 
 def shard_on_cpu(accelerator: Accelerator) -> bool:
     """Make a CPU run that asked for FSDP an FSDP run (as accelerate does on GPUs); True if it did."""
     state = accelerator.state
-    if not fsdp_requested() or state.distributed_type != DistributedType.MULTI_CPU:
+    asked = os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"  # `accelerate launch` with an FSDP config
+    if not asked or state.distributed_type != DistributedType.MULTI_CPU:
         return False
     plugin = FullyShardedDataParallelPlugin()  # from the launcher's FSDP_* variables
     if state.mixed_precision != "no":
@@ -101,10 +95,8 @@ def own_class(model: nn.Module) -> Iterator[nn.Module]:
 
 def without_tied_copies(model: nn.Module, state_dict: dict | None) -> dict | None:
     """`state_dict` without the weights tied to another (from_pretrained ties them again); None stays."""
-    if state_dict is None:
-        return None
     tied = set(getattr(model, "all_tied_weights_keys", None) or ())
-    return {name: tensor for name, tensor in state_dict.items() if name not in tied}
+    return None if state_dict is None else {name: tensor for name, tensor in state_dict.items() if name not in tied}
 
 
 def training_arguments(run: RunConfig) -> TrainingArguments:
@@ -141,7 +133,7 @@ def _schedule_kwargs(t: TrainingSettings) -> dict[str, Any]:
     decay over the last `decay_fraction` of the steps, to the same floor."""
     if t.lr_scheduler_type == "cosine_with_min_lr":
         return {"min_lr": t.min_learning_rate}
-    if t.lr_scheduler_type == WSD:
+    if t.lr_scheduler_type == "warmup_stable_decay":
         decay_steps = max(1, round(t.decay_fraction * t.max_steps))
         return {"num_decay_steps": decay_steps, "min_lr_ratio": t.min_learning_rate / t.learning_rate, "decay_type": "cosine"}
     return {}
