@@ -62,12 +62,8 @@ class MaxTimeCallback(TrainerCallback):
             self.estimated = True
             fit = int(self.first_step + steps * self.max_time / elapsed)
             if fit < min(self.warmup_steps, state.max_steps) and self.say:
-                print(
-                    f"training.max_time={self.max_time:g} fits about {fit} steps, fewer than "
-                    f"training.warmup_steps={self.warmup_steps}: the learning rate never reaches its peak",
-                    file=sys.stderr,
-                    flush=True,
-                )
+                print(f"training.max_time={self.max_time:g} fits about {fit} steps, fewer than training.warmup_steps="
+                      f"{self.warmup_steps}: the learning rate never reaches its peak", file=sys.stderr, flush=True)
         if _max_over_processes([int(elapsed >= self.max_time)], args)[0]:  # every process ends at one step
             control.should_training_stop = True
             control.should_save = True
@@ -159,8 +155,7 @@ class MetricsFileCallback(TrainerCallback):
     """
 
     def __init__(self, path: str | os.PathLike, segment: dict[str, Any] | None = None) -> None:
-        self.path = Path(path)
-        self.segment = segment
+        self.path, self.segment = Path(path), segment
 
     def on_train_begin(self, args, state, control, **kwargs) -> None:
         if state.is_world_process_zero:
@@ -169,13 +164,10 @@ class MetricsFileCallback(TrainerCallback):
     def keep_through(self, step: int, *, new_segment: bool = False, evaluation_at_step: bool = True) -> None:
         """Drop the records after `step` (and its evaluation unless `evaluation_at_step`);
         `new_segment` records this (re)start's settings at `step`."""
-        kept = []
-        if self.path.exists():
-            kept = [line for line in self.path.read_text().splitlines() if _step_of(line) <= step]
-            if new_segment:
-                kept = [line for line in kept if not ('"segment"' in line and _step_of(line) == step)]
-            if not evaluation_at_step:
-                kept = [line for line in kept if not ('"eval_loss"' in line and _step_of(line) == step)]
+        dropped = [mark for mark, drop in (('"segment"', new_segment), ('"eval_loss"', not evaluation_at_step)) if drop]
+        lines = self.path.read_text().splitlines() if self.path.exists() else []
+        kept = [line for line in lines if _step_of(line) < step or (
+            _step_of(line) == step and not any(mark in line for mark in dropped))]
         if new_segment and self.segment is not None:
             kept.append(json.dumps({"step": step, "segment": self.segment}))
         if kept or self.path.exists():
@@ -211,16 +203,8 @@ class SampleTextCallback(TrainerCallback):
     without drawing from the training RNG (a resumed run then draws the same dropout masks)."""
 
     def __init__(
-        self,
-        tokenizer: PreTrainedTokenizerBase,
-        prompts: list[str],
-        path: str | os.PathLike,
-        every: int,
-        max_new_tokens: int,
-        temperature: float,
-        top_k: int | None,
-        seed: int,
-        stop_controller: StopController | None = None,
+        self, tokenizer: PreTrainedTokenizerBase, prompts: list[str], path: str | os.PathLike, every: int,
+        max_new_tokens: int, temperature: float, top_k: int | None, seed: int, stop_controller: StopController | None = None,
     ) -> None:
         self.stop_controller = stop_controller  # no samples once a stop is requested
         self.tokenizer, self.prompts, self.path, self.every = tokenizer, prompts, Path(path), every
@@ -251,11 +235,9 @@ class SampleTextCallback(TrainerCallback):
         tokenizer = self.tokenizer
         room = model.config.max_position_embeddings - self.max_new_tokens  # prompt tokens that fit
         start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
-        sampling = (
-            {"do_sample": True, "temperature": self.temperature, "top_k": self.top_k or 0}
-            if self.temperature > 0
-            else {"do_sample": False, "temperature": None, "top_k": None, "top_p": None}
-        )
+        sampling = {"do_sample": True, "temperature": self.temperature, "top_k": self.top_k or 0}
+        if self.temperature <= 0:
+            sampling = {"do_sample": False, "temperature": None, "top_k": None, "top_p": None}
         devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
         was_training, texts = model.training, []
         with torch.random.fork_rng(devices=devices):
@@ -264,13 +246,10 @@ class SampleTextCallback(TrainerCallback):
             for prompt in self.prompts:
                 ids = tokenizer(prompt, add_special_tokens=False).input_ids[-room:] if prompt else [start]
                 input_ids = torch.tensor([ids], device=model.device)  # (1, T)
-                output = model.generate(
-                    input_ids,
-                    attention_mask=torch.ones_like(input_ids),
-                    max_length=len(ids) + self.max_new_tokens,  # the generation config bounds by max_length
-                    pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else start,
-                    **sampling,
-                )  # (1, T + new)
+                pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else start
+                # (1, T + new); max_length, as the generation config bounds by it
+                output = model.generate(input_ids, attention_mask=torch.ones_like(input_ids),
+                                        max_length=len(ids) + self.max_new_tokens, pad_token_id=pad, **sampling)
                 # A prompt written with special tokens (a chat turn) is shown with them, text as text.
                 special = any(token in prompt for token in tokenizer.all_special_tokens)
                 texts.append(tokenizer.decode(output[0], skip_special_tokens=not special))

@@ -51,8 +51,7 @@ class CompleteCheckpointCallback(TrainerCallback):
     """
 
     def __init__(self, resolved_config: str, save_total_limit: int | None) -> None:
-        self.resolved_config = resolved_config
-        self.save_total_limit = save_total_limit
+        self.resolved_config, self.save_total_limit = resolved_config, save_total_limit
         self.best: tuple[float, str] | None = None  # (metric, folder) of the best evaluation with a checkpoint
 
     @staticmethod
@@ -111,11 +110,7 @@ def mark_complete(checkpoint: Path) -> None:
         dirs.sort()  # one order, whatever the filesystem's
         for name in sorted(set(files) - {COMPLETE_MARKER}):
             path = Path(root, name)
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_dir(path)  # opens and fsyncs a file as it does a folder
             sizes[str(path.relative_to(checkpoint))] = path.stat().st_size
         fsync_dir(root)
     with atomic_write_file(checkpoint / COMPLETE_MARKER) as handle:
@@ -135,8 +130,7 @@ def rotate_checkpoints(output_dir: Path, limit: int | None, keep: str | None = N
     if not complete:
         return
     kept = set(complete[:limit])
-    if keep is not None:
-        kept |= {c for c in complete if os.path.abspath(c) == os.path.abspath(keep)}
+    kept |= {c for c in complete if keep is not None and os.path.abspath(c) == os.path.abspath(keep)}
     for checkpoint in checkpoints:
         unfinished = checkpoint not in complete and checkpoint_step(checkpoint) < checkpoint_step(complete[0])
         if unfinished or (checkpoint in complete and checkpoint not in kept):
@@ -176,10 +170,7 @@ def full_disk_is_one_line(output_dir: str | os.PathLike, resume_command: str | N
         yield
     except (OSError, RuntimeError) as err:
         # ENOSPC, or torch's archive writer failing on it ("unexpected pos": it reports no errno)
-        if isinstance(err, OSError):
-            full = err.errno in (errno.ENOSPC, errno.EDQUOT)
-        else:
-            full = "unexpected pos" in str(err)
+        full = err.errno in (errno.ENOSPC, errno.EDQUOT) if isinstance(err, OSError) else "unexpected pos" in str(err)
         if not full or not is_main_process():
             raise
         output_dir = Path(output_dir)

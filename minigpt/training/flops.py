@@ -206,9 +206,9 @@ def flops_per_token(model: nn.Module, config: Any, seq_len: int) -> float:
     return 6.0 * matmul_parameter_count(model, config) + attention
 
 
-class ThroughputMeter:
+class ThroughputMeter(TrainerCallback):
     """Tokens/s and MFU over the optimizer steps between two log lines: only time inside steps counts,
-    not evaluation, sampling or checkpointing between them."""
+    not evaluation, sampling or checkpointing between them (register it before other callbacks)."""
 
     def __init__(
         self, samples_per_step: int, block_size: int, flops_per_token: float, peak_flops: float, num_devices: int
@@ -220,10 +220,12 @@ class ThroughputMeter:
         self.window_seconds, self.window_steps = 0.0, 0
         self.steps_timed = 0  # optimizer steps of this session (a resumed run counts from its resume)
 
-    def start_step(self) -> None:
+    def on_step_begin(self, args, state, control, **kwargs) -> None:
         self.step_started = time.perf_counter()
 
-    def end_step(self) -> None:
+    def on_step_end(self, args, state, control, **kwargs) -> None:
+        if args.device.type == "cuda":
+            torch.cuda.synchronize(args.device)  # kernels are asynchronous: time them, not their launch
         if self.step_started is not None:
             self.window_seconds += time.perf_counter() - self.step_started
             self.window_steps += 1
@@ -251,17 +253,3 @@ class ThroughputMeter:
             "train_tokens_per_second": steps * self.tokens_per_step / runtime,
         }
 
-
-class StepTimerCallback(TrainerCallback):
-    """Times each optimizer step for the throughput meter (register it before other callbacks)."""
-
-    def __init__(self, meter: ThroughputMeter) -> None:
-        self.meter = meter
-
-    def on_step_begin(self, args, state, control, **kwargs) -> None:
-        self.meter.start_step()
-
-    def on_step_end(self, args, state, control, **kwargs) -> None:
-        if args.device.type == "cuda":
-            torch.cuda.synchronize(args.device)  # kernels are asynchronous: time them, not their launch
-        self.meter.end_step()

@@ -185,15 +185,8 @@ def head_activation_bytes(config: MiniGPTConfig, precision: str, device: str) ->
 
 
 def estimate_training_memory(
-    config: MiniGPTConfig,
-    *,
-    batch_size: int,
-    block_size: int,
-    precision: str = "bf16",
-    attention: str = "sdpa",
-    device: str = "cuda",
-    activation_checkpointing: bool = False,
-    gradient_accumulation_steps: int = 1,
+    config: MiniGPTConfig, *, batch_size: int, block_size: int, precision: str = "bf16", attention: str = "sdpa",
+    device: str = "cuda", activation_checkpointing: bool = False, gradient_accumulation_steps: int = 1,
     eval_batch_size: int | None = None,
 ) -> MemoryEstimate:
     """Bytes of one device training `config` at `batch_size` blocks of `block_size` tokens a pass;
@@ -222,16 +215,7 @@ def estimate_training_memory(
     per_token = evaluation_bytes_per_token(config, a, attention, block_size)
     evaluation = weights + states + copies + eval_tokens * per_token
     return MemoryEstimate(
-        parameters=P,
-        weights=weights,
-        gradients=gradients,
-        optimizer_states=states,
-        weight_copies=copies,
-        activations_per_token=L * kept_per_layer + head,
-        peak_dynamic=int(peak_dynamic),
-        tokens=tokens,
-        evaluation_peak=int(evaluation),
-        precision=precision,
+        P, weights, gradients, states, copies, L * kept_per_layer + head, int(peak_dynamic), tokens, int(evaluation), precision
     )
 
 

@@ -8,6 +8,7 @@ did-you-mean for typos), before anything heavy starts.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import types
 import typing
@@ -266,24 +267,13 @@ def coerce(value: Any, annotation: Any, key: str) -> Any:
         if not isinstance(value, dict):
             raise _type_error(key, annotation, value)
         return {str(k): coerce(v, args[1] if args else Any, f"{key}.{k}") for k, v in value.items()}
-    if annotation is bool:
-        if isinstance(value, bool):
-            return value
-    elif annotation is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif annotation is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return value  # an int stays one: Trainer reads logging_steps: 50 as 50 steps, 0.5 as a share
-        if isinstance(value, str):  # YAML 1.1 reads `1e-3` (no dot) as a string
-            try:
-                return float(value)
-            except ValueError:
-                pass
-    elif annotation is str:
-        if isinstance(value, str):
-            return value
-    elif isinstance(annotation, type) and isinstance(value, annotation):
+    if annotation is float and isinstance(value, str):  # YAML 1.1 reads `1e-3` (no dot) as a string
+        with contextlib.suppress(ValueError):
+            return float(value)
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    # A float key keeps an int: Trainer reads logging_steps: 50 as 50 steps, 0.5 as a share.
+    accepted = {bool: isinstance(value, bool), int: number and isinstance(value, int), float: number}
+    if accepted.get(annotation, isinstance(annotation, type) and isinstance(value, annotation)):
         return value
     raise _type_error(key, annotation, value)
 

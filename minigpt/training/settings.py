@@ -233,12 +233,8 @@ class TrainingSettings(TrainerBacked):
 
     def __post_init__(self) -> None:
         self.check_values()
-        require(
-            0 <= self.min_learning_rate <= self.learning_rate,
-            "training.min_learning_rate",
-            f"must be between 0 and training.learning_rate ({self.learning_rate})",
-            self.min_learning_rate,
-        )
+        require(0 <= self.min_learning_rate <= self.learning_rate, "training.min_learning_rate",
+                f"must be between 0 and training.learning_rate ({self.learning_rate})", self.min_learning_rate)
         require_choice(self.lr_scheduler_type, LR_SCHEDULER_TYPES, "training.lr_scheduler_type")
         if self.budget is not None:
             parse_budget(self.budget)  # a ConfigError naming training.budget
@@ -292,10 +288,7 @@ class RunConfig:
 
 
 SECTIONS: dict[str, type] = {
-    "model": ModelSettings,
-    "tokenizer": TokenizerSettings,
-    "data": DataSettings,
-    "training": TrainingSettings,
+    "model": ModelSettings, "tokenizer": TokenizerSettings, "data": DataSettings, "training": TrainingSettings,
     "hardware": HardwareSettings,
 }
 

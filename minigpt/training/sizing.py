@@ -214,13 +214,8 @@ class Plan:
 
 
 def plan_run(
-    budget: Budget,
-    candidates: list[Candidate],
-    tokens_per_step: int,
-    corpus_tokens: int,
-    rule: TokensPerParameterRule = FITTED_RULE,
-    seconds_left: float | None = None,
-    eval_steps: int | None = None,
+    budget: Budget, candidates: list[Candidate], tokens_per_step: int, corpus_tokens: int,
+    rule: TokensPerParameterRule = FITTED_RULE, seconds_left: float | None = None, eval_steps: int | None = None,
 ) -> Plan:
     """The candidate whose tokens per parameter at `budget` is nearest the rule's, and its settings.
 
@@ -279,15 +274,8 @@ def apply_settings(run, values: dict[str, dict[str, Any]]) -> None:
 
 
 def size_run(
-    run,
-    config_for: Callable[[int, int], Any],
-    corpus_tokens: int,
-    tokens_per_step: int,
-    accumulation: int,
-    dtype,
-    rule: TokensPerParameterRule = FITTED_RULE,
-    device: str | Any = "cpu",
-    eval_tokens: int = 0,
+    run, config_for: Callable[[int, int], Any], corpus_tokens: int, tokens_per_step: int, accumulation: int, dtype,
+    rule: TokensPerParameterRule = FITTED_RULE, device: str | Any = "cpu", eval_tokens: int = 0,
 ) -> Plan:
     """The plan for `run.training.budget`; `config_for(layers, width)` is the run's model config at a
     shape. A wall-clock budget measures step times on `device`, the likeliest shapes first, within
@@ -344,13 +332,7 @@ def size_run(
 
 
 def measure_step_seconds(
-    model,
-    batch_size: int,
-    block_size: int,
-    dtype,
-    warmup_s: float = 0.3,
-    timed_s: float = 0.6,
-    device: str | Any = "cpu",
+    model, batch_size: int, block_size: int, dtype, warmup_s: float = 0.3, timed_s: float = 0.6, device: str | Any = "cpu"
 ) -> float:
     """Median seconds of a training step (forward, backward, AdamW) of `model` on random blocks on
     `device`, after warm-up steps (at least 2, for `warmup_s`: the first steps are slow); at least 3

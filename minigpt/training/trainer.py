@@ -56,7 +56,7 @@ from .callbacks import (
     StopTrainingCallback,
 )
 from .checkpoints import CompleteCheckpointCallback
-from .flops import StepTimerCallback, ThroughputMeter, flops_per_token, resolve_peak_flops
+from .flops import ThroughputMeter, flops_per_token, resolve_peak_flops
 from .hardware import resolve_hardware, tf32_matmuls, training_dtype
 from .interrupt import StopController
 from .settings import RunConfig, TrainingSettings, effective_batch_size, require_choice
@@ -159,13 +159,8 @@ class MiniGPTTrainer(Trainer):
     (an evaluation may read a sample); `stop_controller`: a stop cuts an evaluation short."""
 
     def __init__(
-        self,
-        *args: Any,
-        decay_embeddings: bool = False,
-        throughput: Any = None,
-        validation_blocks: int | None = None,
-        stop_controller: Any = None,
-        **kwargs: Any,
+        self, *args: Any, decay_embeddings: bool = False, throughput: Any = None, validation_blocks: int | None = None,
+        stop_controller: Any = None, **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.decay_embeddings, self.throughput = decay_embeddings, throughput
@@ -259,13 +254,8 @@ class StoppableLoader:
 
 
 def build_trainer(
-    run: RunConfig,
-    args: TrainingArguments,
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    data: RunData,
-    callbacks: Sequence[TrainerCallback] = (),
-    stop_controller: StopController | None = None,
+    run: RunConfig, args: TrainingArguments, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, data: RunData,
+    callbacks: Sequence[TrainerCallback] = (), stop_controller: StopController | None = None,
 ) -> MiniGPTTrainer:
     """The run's Trainer with MiniGPT's callbacks: step timer and throughput, metrics.jsonl, samples,
     epochs, stops, complete checkpoints, log lines."""
@@ -275,19 +265,13 @@ def build_trainer(
         peak = resolve_peak_flops(
             run.hardware.peak_flops, args.device, training_dtype(run.hardware), tf32=tf32_matmuls(run.hardware)
         )
-    meter = ThroughputMeter(
-        samples_per_step=effective_batch_size(run.hardware, args.world_size),
-        block_size=run.data.block_size,
-        flops_per_token=flops_per_token(model, model.config, run.data.block_size),
-        peak_flops=peak.flops,
-        num_devices=args.world_size,
-    )
+    block = run.data.block_size
+    meter = ThroughputMeter(effective_batch_size(run.hardware, args.world_size), block,
+                            flops_per_token(model, model.config, block), peak.flops, args.world_size)
+    segment = {"hardware": run.hardware.to_dict(), "threads": torch.get_num_threads()}
     own: list[TrainerCallback] = [
-        StepTimerCallback(meter),  # first, so sampling at step end is not timed as training
-        MetricsFileCallback(
-            output_dir / METRICS_FILE,
-            segment={"hardware": run.hardware.to_dict(), "threads": torch.get_num_threads()},
-        ),
+        meter,  # first, so sampling at step end is not timed as training
+        MetricsFileCallback(output_dir / METRICS_FILE, segment=segment),
         SampleTextCallback(
             tokenizer, t.sample_prompts, output_dir / SAMPLES_FILE, t.sample_steps, t.sample_max_new_tokens,
             t.sample_temperature, t.sample_top_k, t.seed, stop_controller,
@@ -299,25 +283,14 @@ def build_trainer(
     if t.max_time is not None:
         own.append(MaxTimeCallback(t.max_time, t.warmup_steps, say=args.should_save))
     scores = TextScores(data.token_bytes)
+    # Last the stop (it sees any other's at this step), then the checkpoint marker.
+    checkpoints = CompleteCheckpointCallback(yaml.safe_dump(run.to_dict(), sort_keys=False), t.save_total_limit)
     trainer = MiniGPTTrainer(
-        model=model,
-        args=args,
-        train_dataset=data.train,
-        eval_dataset=data.evaluation.blocks,
-        processing_class=tokenizer,
-        data_collator=data.collator,
-        # Last the stop (it sees any other's at this step), then the checkpoint marker.
-        callbacks=[
-            *own,
-            *callbacks,
-            StopTrainingCallback(stop_controller),
-            CompleteCheckpointCallback(yaml.safe_dump(run.to_dict(), sort_keys=False), t.save_total_limit),
-        ],
-        preprocess_logits_for_metrics=scores.preprocess_logits_for_metrics,
-        compute_metrics=scores.compute_metrics,
-        decay_embeddings=t.decay_embeddings,
-        throughput=meter,
-        validation_blocks=data.evaluation.total,
+        model=model, args=args, train_dataset=data.train, eval_dataset=data.evaluation.blocks,
+        processing_class=tokenizer, data_collator=data.collator,
+        callbacks=[*own, *callbacks, StopTrainingCallback(stop_controller), checkpoints],
+        preprocess_logits_for_metrics=scores.preprocess_logits_for_metrics, compute_metrics=scores.compute_metrics,
+        decay_embeddings=t.decay_embeddings, throughput=meter, validation_blocks=data.evaluation.total,
         stop_controller=stop_controller,
     )
     trainer.peak_flops = peak  # what MFU divides by, and where it came from (the run's first lines say)
