@@ -148,11 +148,8 @@ class LogLineProgressCallback(ProgressCallback):
 
 
 class MetricsFileCallback(TrainerCallback):
-    """Appends every log record as a JSON line to metrics.jsonl (main process). At the start the
-    records after the starting step (to be redone) are dropped, so the file reads as one run.
-
-    `segment`: settings that may change on resume, recorded at each (re)start as {"step", "segment"}.
-    """
+    """Appends every log record to metrics.jsonl (main process); at the start it drops the records after
+    the starting step (redone) and records `segment`, the settings a resume may change."""
 
     def __init__(self, path: str | os.PathLike, segment: dict[str, Any] | None = None) -> None:
         self.path, self.segment = Path(path), segment

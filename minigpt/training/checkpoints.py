@@ -1,11 +1,8 @@
-"""Checkpoints that resume trusts only once they are complete, through Trainer's public hooks.
-
-Trainer writes `checkpoint-N` in place and its own resume takes the highest folder, finished or not.
-Here Trainer saves with its rotation off; `CompleteCheckpointCallback.on_save`, once every process
-has written, flushes the files and writes `checkpoint_complete.json` (each file and its size), then
-rotates older checkpoints. A folder without the marker never finished: resume never loads it, and a
-kill at any instant leaves the previous complete checkpoint whole. `find_resume_checkpoint` walks
-them newest first and returns the path for `trainer.train(resume_from_checkpoint=path)`.
+"""Checkpoints that resume trusts only once they are complete, through Trainer's public hooks: Trainer
+saves `checkpoint-N` in place (its rotation off); once every process has written, the main one flushes
+the files, writes `checkpoint_complete.json` (each file and its size) and then rotates. Resume
+(`find_resume_checkpoint`) never loads a folder without the marker, so a kill at any instant leaves
+the previous complete checkpoint whole.
 """
 
 from __future__ import annotations
@@ -43,12 +40,8 @@ RESUME_MAY_DIFFER = ("tokenizer.show_progress", "data.show_progress", "data.num_
 
 
 class CompleteCheckpointCallback(TrainerCallback):
-    """Marks each checkpoint complete once Trainer has written it, then rotates older ones.
-
-    `resolved_config` (YAML text) goes into every checkpoint, for `check_resume_compatible`;
-    `save_total_limit`: complete checkpoints kept (None: all) besides the best. Give Trainer
-    `save_total_limit=None`: it would rotate before this marks. Register it last.
-    """
+    """Marks each checkpoint complete, writes `resolved_config` into it, then keeps `save_total_limit`
+    complete ones besides the best (give Trainer None: it would rotate first). Register it last."""
 
     def __init__(self, resolved_config: str, save_total_limit: int | None) -> None:
         self.resolved_config, self.save_total_limit = resolved_config, save_total_limit
@@ -235,11 +228,8 @@ def _info(message: str) -> None:
 
 
 def find_resume_checkpoint(output_dir: str | os.PathLike, *, info: Callable[[str], None] = _info) -> str | None:
-    """The newest complete checkpoint in `output_dir`, for `train(resume_from_checkpoint=...)`.
-
-    Unfinished saves are removed and damaged ones set aside (`corrupt-checkpoint-N`), each said in a
-    line; None when none is left. The main process decides and the others receive its answer.
-    """
+    """The newest complete checkpoint in `output_dir` (None: none left), unfinished saves removed and
+    damaged ones set aside, each said in a line; the main process decides for all."""
     distributed = _distributed()
     if distributed and not is_main_process():
         answer: list[str | None] = [None]
@@ -256,10 +246,8 @@ def find_resume_checkpoint(output_dir: str | os.PathLike, *, info: Callable[[str
             found = str(checkpoint)
             break
         moved_to = set_aside(checkpoint)
-        _warn(
-            f"{checkpoint.name} is incomplete or corrupt ({'; '.join(problems)}): "
-            f"moved it to {moved_to.name}, trying an older checkpoint"
-        )
+        _warn(f"{checkpoint.name} is incomplete or corrupt ({'; '.join(problems)}): "
+              f"moved it to {moved_to.name}, trying an older checkpoint")
     info(f"resuming from {found}" if found else f"no complete checkpoint in {Path(output_dir)}: starting training from scratch")
     if distributed:
         dist.broadcast_object_list([found], src=0)
@@ -285,10 +273,8 @@ def check_resume_compatible(run_config: Mapping[str, Any], checkpoint_dir: str |
     ]
     if differences:
         more = f"; and {len(differences) - 3} more" if len(differences) > 3 else ""
-        raise ConfigError(
-            f"cannot resume from {Path(checkpoint_dir).name}: {'; '.join(differences[:3])}{more}. "
-            "Use the checkpoint's settings or a new output_dir"
-        )
+        raise ConfigError(f"cannot resume from {Path(checkpoint_dir).name}: {'; '.join(differences[:3])}{more}. "
+                          "Use the checkpoint's settings or a new output_dir")
 
 
 def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -1,10 +1,6 @@
-"""FLOPs: what a training token costs, the device's peak (what MFU divides by), and the throughput
-of the steps between two log lines.
-
-A token costs 6N + 12 L C T FLOPs (PaLM, Chowdhery et al. 2022, App. B; Trainer's `total_flos` leaves
-out attention). The peak is the datasheet's dense figure at the training precision for known GPUs;
-otherwise the best rate of a square matmul, measured once and cached (`~/.cache/minigpt/peak_flops.json`)
-when other work left the cores alone meanwhile (`cpu_load`).
+"""FLOPs of a training token (6N + 12 L C T, PaLM App. B; Trainer's `total_flos` leaves out attention),
+the device's peak MFU divides by (a known GPU's datasheet figure, else a square matmul's best rate,
+cached when the cores were quiet), and the throughput of the steps between two log lines.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""The machine side of a run: `auto` settings decided for this machine, and the CPU settings a run
-changes in its process (the thread count, given back when it ends).
-
-`hardware.bf16: auto` is bf16 autocast where matmuls run faster in it: GPUs with bf16, and CPUs with
-AMX-BF16 or AVX512-BF16 instructions. Without them (AVX2-only CPUs) bf16 is emulated, slower than fp32.
+"""The machine side of a run: `auto` settings decided for this machine (bf16 where matmuls are faster in
+it: GPUs with bf16, CPUs with AMX-BF16 or AVX512-BF16), and the CPU settings a run changes.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Stop training cleanly on Ctrl-C, SIGTERM or a call from another thread.
-
-The first signal only raises a flag; `StopTrainingCallback` sees it at the next optimizer step and has
-Trainer save a checkpoint and stop, so the run resumes exactly. A second signal aborts at once: the
-last complete checkpoint stays whole. By hand because Trainer's `enable_jit_checkpoint` saves half way
-through a step, handles SIGTERM only, and does not make several processes agree on the step.
+"""Stop training cleanly on Ctrl-C, SIGTERM or a call from another thread: the first signal raises a
+flag that `StopTrainingCallback` turns into a checkpoint and a stop at the next step; a second aborts.
+(Trainer's `enable_jit_checkpoint` saves mid-step, handles SIGTERM only, and does not agree across processes.)
 """
 
 from __future__ import annotations
@@ -77,10 +74,8 @@ class StopController:
         self.first_signal_at = now
         self.request_stop(f"received {name}", signum)
         hint = f"; resume with: {self.resume_hint}" if self.resume_hint else "."
-        _write_stderr(
-            f"\n{name} received: saving a checkpoint at the end of this step, then stopping "
-            f"(send it again to abort at once){hint}\n"
-        )
+        _write_stderr(f"\n{name} received: saving a checkpoint at the end of this step, then stopping "
+                      f"(send it again to abort at once){hint}\n")
 
 
 def _write_stderr(text: str) -> None:

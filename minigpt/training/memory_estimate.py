@@ -1,14 +1,8 @@
-"""Training memory per device, estimated from the architecture and the run's settings before anything
-is allocated: the line a run prints, explained in docs/gpu.md.
-
-It counts tensors as eager PyTorch holds them in a step: fp32 weights, gradients and AdamW's two
-moments; under autocast the half-precision weight copies kept for the backward; and the activations
-autograd saves, layer by layer, at their dtype (the residual stream stays fp32), plus the loss's fp32
-log-softmax. The peak is the largest of three moments: the start of the backward, the recomputation
-of the last block under activation checkpointing, and the end of the backward (every gradient). With
-gradient accumulation the earlier gradients are there throughout. Not counted: the CUDA context, the
-allocator's slack, torch.compile. Checked against saved tensors and CPU peak memory
-(tests/test_memory_estimate.py) and `torch.cuda.max_memory_allocated` (tests/test_gpu.py).
+"""Training memory per device, estimated from the architecture and the run's settings before anything is
+allocated (docs/gpu.md): fp32 weights, gradients and AdamW moments, autocast's half-precision weight
+copies, and the activations autograd saves at their dtype, plus the loss's fp32 log-softmax. The peak is
+the largest of the start of the backward, the recomputation of the last block (activation checkpointing)
+and its end. Not counted: the CUDA context, allocator slack, torch.compile.
 
 Symbols: C hidden size, I MLP width (`inner`), V vocabulary, nh heads, T block size, L layers,
 a bytes of an activation element (2 under bf16/fp16 autocast, else 4), m of a dropout mask element.

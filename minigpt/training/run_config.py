@@ -1,9 +1,6 @@
-"""YAML -> typed run config: strict keys, typed values, dotted overrides, one-line errors.
-
-A file may start from another (`extends: base.yaml`, relative to its folder): its sections are
-merged over the base's key by key, and command-line overrides apply last. Loading never executes
-code (`yaml.safe_load`); every problem is a `ConfigError` naming the dotted key (with a
-did-you-mean for typos), before anything heavy starts.
+"""YAML -> typed run config: strict keys, typed values, dotted overrides, one-line errors naming the
+dotted key (with a did-you-mean). A file may extend another (`extends: base.yaml`, merged key by key);
+overrides apply last. Loading never executes code (`yaml.safe_load`).
 """
 
 from __future__ import annotations
@@ -60,10 +57,8 @@ def read_config_file(path: Path, extended_by: tuple[Path, ...] = ()) -> tuple[di
     merged, profile_dir = {}, path.parent
     if has_base:
         if not isinstance(base_name, str) or not base_name.strip():
-            raise ConfigError(
-                f"{path}: {EXTENDS_KEY} must be a config file's path relative to this file's folder, "
-                f"got {type(base_name).__name__} {base_name!r}"
-            )
+            raise ConfigError(f"{path}: {EXTENDS_KEY} must be a config file's path relative to this file's folder, "
+                              f"got {type(base_name).__name__} {base_name!r}")
         base = path.parent / base_name
         chain = (*extended_by, path.resolve())
         if base.resolve() in chain:
@@ -190,10 +185,8 @@ def find_hardware_profile(profile: str, config_dir: Path | None = None) -> Path:
         if candidate.is_file():
             return candidate
     known = sorted({p.stem for d in dirs if d.is_dir() for p in d.glob("*.yaml")})
-    raise ConfigError(
-        f"hardware.profile {profile!r} not found{suggest(profile, known)} "
-        f"(known: {', '.join(known) or 'none'}; or give a .yaml path)"
-    )
+    raise ConfigError(f"hardware.profile {profile!r} not found{suggest(profile, known)} "
+                      f"(known: {', '.join(known) or 'none'}; or give a .yaml path)")
 
 
 def check_cross_fields(run: RunConfig) -> None:
@@ -204,15 +197,11 @@ def check_cross_fields(run: RunConfig) -> None:
         if run.data.needs_trained_model:
             raise ConfigError(f"data.format={run.data.format} fine-tunes a trained model: set model.init_from (docs/chat.md)")
     if run.training.budget is not None and run.model.init_from is not None:
-        raise ConfigError(
-            "training.budget sizes a new model; with model.init_from the shape is the base's: "
-            "set training.max_steps instead"
-        )
+        raise ConfigError("training.budget sizes a new model; with model.init_from the shape is the base's: "
+                          "set training.max_steps instead")
     if run.training.warmup_steps >= run.training.max_steps and run.training.budget is None:
-        raise ConfigError(
-            f"training.warmup_steps ({run.training.warmup_steps}) must be less than "
-            f"training.max_steps ({run.training.max_steps})"
-        )
+        raise ConfigError(f"training.warmup_steps ({run.training.warmup_steps}) must be less than "
+                          f"training.max_steps ({run.training.max_steps})")
     report_to = run.training.report_to
     if "tensorboard" in ([report_to] if isinstance(report_to, str) else report_to) and not any(
         importlib.util.find_spec(name) for name in ("tensorboard", "tensorboardX")
@@ -256,9 +245,7 @@ def coerce(value: Any, annotation: Any, key: str) -> Any:
     if origin is Literal:
         if value in args:
             return value
-        raise ConfigError(
-            f"{key} must be one of {', '.join(map(repr, args))}, got {value!r}{suggest(value, args)}"
-        )
+        raise ConfigError(f"{key} must be one of {', '.join(map(repr, args))}, got {value!r}{suggest(value, args)}")
     if origin is list:
         if not isinstance(value, list):
             value = [value]  # one value where a list is expected means a list of one

@@ -1,9 +1,7 @@
-"""The typed sections of a run config (`model`, `training`, `hardware`; `tokenizer` and `data`
-come from the data stage), each a dataclass its component receives alone.
-
-`training` and `hardware` take any `TrainingArguments` field by its own name, type and default
-(`trainer_fields`, parsed from transformers' source, so no torch import) and declare only MiniGPT's
-own keys. Every value is checked with a `ConfigError` naming the dotted key.
+"""The typed sections of a run config (`model`, `training`, `hardware`; `tokenizer` and `data` come from
+the data stage), each a dataclass its component receives alone. `training` and `hardware` also take any
+`TrainingArguments` field by its own name, type and default (`trainer_fields`, parsed from transformers'
+source: no torch import). Every value is checked with a `ConfigError` naming the dotted key.
 """
 
 from __future__ import annotations
@@ -176,11 +174,8 @@ def takes_trainer_keys(cls: type) -> type:
 
 @dataclass
 class ModelSettings:
-    """The `model:` section: where the weights start, and MiniGPTConfig's architecture options.
-
-    With `init_from` the architecture, vocabulary and tokenizer are the base's: a key written here
-    must agree with it, but for dropout and (rotary models) a longer context by rope scaling.
-    """
+    """The `model:` section: where the weights start, and MiniGPTConfig's architecture options (with
+    `init_from` the base's: a key written here must agree, but for dropout and rope scaling)."""
 
     # A run folder, checkpoint or model folder, or ORG/NAME in a hub folder; null: random weights.
     init_from: str | None = None

@@ -1,17 +1,11 @@
-"""`training.budget` ("30m", "2h", "900s" on this machine; "3e13 flops"): a run sized for its
-corpus and budget, once the corpus is tokenized.
+"""`training.budget` ("30m", "2h", "900s" on this machine; "3e13 flops"): a run sized for its corpus.
 
-  shape    from `SHAPES`: the one whose effective training tokens per matmul parameter is nearest
-           the fitted ratio (`TokensPerParameterRule`; nanochat ~10.5, Chinchilla 20), repeated
-           epochs counted less (Muennighoff et al. 2023). At a fixed budget the ratio falls as the
-           shape grows, so one shape sits nearest.
-  steps    the budget's FLOPs over a step's (6N + 12LCT), or the seconds left after choosing over
-           each shape's measured step time plus its share of the evaluations
+  shape    from `SHAPES`, the one whose effective tokens per matmul parameter (repeats counted less,
+           Muennighoff et al. 2023) is nearest the fitted ratio (`TokensPerParameterRule`)
+  steps    the budget's FLOPs over a step's, or the seconds left over the measured step time
   lr       `REFERENCE_LR` scaled ~ 1/width (muP, Yang et al. 2022); warmup 5% of the steps
-  dropout  0.1 once the plan repeats the corpus, else none
-  max_time a wall-clock budget's seconds left: the run ends by the budget whatever its steps cost
-The batch is the config's. The choice is written into resolved_config.yaml as plain values
-(`training.budget` null), so the run can be repeated without choosing again.
+  dropout  0.1 once the plan repeats the corpus; max_time: a wall-clock budget's seconds left
+The choice is written into resolved_config.yaml as plain values (`training.budget` null).
 """
 
 from __future__ import annotations
@@ -217,11 +211,8 @@ def plan_run(
     budget: Budget, candidates: list[Candidate], tokens_per_step: int, corpus_tokens: int,
     rule: TokensPerParameterRule = FITTED_RULE, seconds_left: float | None = None, eval_steps: int | None = None,
 ) -> Plan:
-    """The candidate whose tokens per parameter at `budget` is nearest the rule's, and its settings.
-
-    Steps: a FLOP budget over a step's FLOPs, or `seconds_left` over the measured step time plus
-    the evaluations' share (one every `eval_steps`, one at the end); unmeasured shapes are left out.
-    """
+    """The candidate whose tokens per parameter at `budget` is nearest the rule's; a wall-clock plan
+    divides `seconds_left` by each measured step plus its evaluations' share (one every `eval_steps`)."""
     considered = []
     for c in candidates:
         if budget.flops is not None:
@@ -240,37 +231,24 @@ def plan_run(
         c.distance = rule.distance(c.parameters, c.steps * tokens_per_step, corpus_tokens)
         considered.append(c)
     # The rule was fitted on runs of at least MIN_STEPS: shorter ones are out while another has enough.
-    enough = [c for c in considered if c.steps >= MIN_STEPS]
-    considered = enough or considered
+    considered = [c for c in considered if c.steps >= MIN_STEPS] or considered
     # Nor a model much larger than its corpus: the rule does not see overfitting (docs/research-log.md).
     fitting = [c for c in considered if c.parameters <= MAX_PARAMETERS_PER_TOKEN * corpus_tokens]
     considered = fitting or sorted(considered, key=lambda c: c.parameters)[:1]
     if not considered:
-        raise ConfigError(
-            f"training.budget={budget.describe()} is too small to train even the smallest model for "
-            f"{2 * WARMUP_MIN} steps: give it more"
-        )
+        raise ConfigError(f"training.budget={budget.describe()} is too small to train even the smallest model for "
+                          f"{2 * WARMUP_MIN} steps: give it more")
     best = min(considered, key=lambda c: c.distance)
-    tokens = best.steps * tokens_per_step
-    return Plan(
-        budget=budget.describe(),
-        chosen=best,
-        tokens_per_step=tokens_per_step,
-        corpus_tokens=corpus_tokens,
-        learning_rate=learning_rate(best.width),
-        warmup_steps=warmup_steps(best.steps),
-        hidden_dropout=REPEAT_DROPOUT if tokens > corpus_tokens else 0.0,
-        considered=considered,
-        rule=rule,
-    )
+    dropout = REPEAT_DROPOUT if best.steps * tokens_per_step > corpus_tokens else 0.0
+    return Plan(budget.describe(), best, tokens_per_step, corpus_tokens, learning_rate(best.width),
+                warmup_steps(best.steps), dropout, considered, rule=rule)
 
 
 def apply_settings(run, values: dict[str, dict[str, Any]]) -> None:
     """Set the plan's keys (`Plan.overrides()`, or a checkpoint's resolved values) on `run`, in place."""
     for section, keys in PLAN_KEYS.items():
-        for key in keys:
-            if key in values.get(section, {}):
-                setattr(getattr(run, section), key, values[section][key])
+        for key in set(keys) & set(values.get(section, {})):
+            setattr(getattr(run, section), key, values[section][key])
 
 
 def size_run(

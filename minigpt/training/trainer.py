@@ -1,17 +1,9 @@
-"""MiniGPT's `transformers.Trainer`: its arguments from the run config, and what arguments cannot say.
-
-`training_arguments` maps the `training` and `hardware` sections onto `TrainingArguments` (same key
-names). `MiniGPTTrainer` overrides public extension points only: weight-decay groups, derived figures
-in each log record, FSDP2 on CPU processes and saving a sharded model. Bits per byte comes through
-Trainer's metric hooks (`TextScores`): per-block sums gathered across processes.
-
-FSDP2 needs two things accelerate 1.15 leaves undone:
-1. Sharding on CPU processes: accelerate makes a run FSDP only from a GPU-like process type, so a CPU
-   run launched with configs/accelerate/fsdp.yaml silently runs DDP. `shard_on_cpu` lifts that one
-   gate (torch's `fully_shard` runs on gloo); accelerate then shards, gathers, saves and loads.
-2. Saving a sharded model: `fully_shard` swaps the model's class for torch's `FSDP<Class>`, which
-   `save_pretrained` would name in auto_map (`own_class` restores it for a save), and the gathered
-   state dict holds a tied weight twice (`without_tied_copies`).
+"""MiniGPT's `transformers.Trainer`: `training_arguments` maps the `training` and `hardware` sections onto
+`TrainingArguments`; `MiniGPTTrainer` overrides public extension points only (weight-decay groups, log
+records, bits per byte through the metric hooks, FSDP2). Accelerate 1.15 leaves two FSDP2 things undone:
+a CPU run launched with an FSDP config silently runs DDP (`shard_on_cpu` lifts that gate), and a
+sharded model would save torch's `FSDP<Class>` as its code with a tied weight twice (`own_class`,
+`without_tied_copies`).
 """
 
 from __future__ import annotations
@@ -111,18 +103,11 @@ def training_arguments(run: RunConfig) -> TrainingArguments:
         require_choice(t.optim, [name.value for name in OptimizerNames], "training.optim")
     try:
         return TrainingArguments(
-            **kwargs,
-            output_dir=t.output_dir,
-            lr_scheduler_kwargs=_schedule_kwargs(t),
-            logging_strategy="steps",
-            logging_first_step=True,  # the step-1 loss anchors the curve
-            eval_strategy="steps",
-            save_strategy="steps",
+            **kwargs, output_dir=t.output_dir, lr_scheduler_kwargs=_schedule_kwargs(t), bf16=h.bf16,
+            logging_strategy="steps", logging_first_step=True,  # the step-1 loss anchors the curve
+            eval_strategy="steps", save_strategy="steps", disable_tqdm=False, load_best_model_at_end=best,
             prediction_loss_only=False,  # evaluation hands per-block sums to compute_metrics
-            disable_tqdm=False,
-            bf16=h.bf16,
             ddp_find_unused_parameters=False,  # every parameter gets a gradient: no search per step
-            load_best_model_at_end=best,
         )
     except ValueError as err:  # what only the machine can tell, e.g. bf16 without a GPU
         raise ConfigError(f"hardware settings do not fit this machine: {err} (without a GPU use hardware.profile=cpu)") from None
