@@ -18,13 +18,7 @@ import torch.distributed as dist
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 from tqdm.auto import tqdm
-from transformers import (
-    PreTrainedTokenizerBase,
-    TrainerCallback,
-    TrainerControl,
-    TrainerState,
-    TrainingArguments,
-)
+from transformers import PreTrainedTokenizerBase, TrainerCallback, TrainerState, TrainingArguments
 from transformers.trainer_callback import ProgressCallback
 
 from ..atomic import atomic_write_file
@@ -91,31 +85,28 @@ class ParameterLayoutCallback(TrainerCallback):
             print(line, flush=True)
 
 
+# How a log line shows each figure of a record, in order.
+TRAINING_PARTS = (
+    ("learning_rate", lambda v: f"lr {v:.2e}"), ("grad_norm", lambda v: f"grad norm {v:.3f}"),
+    ("tokens_per_second", lambda v: f"{v:,.0f} tok/s"), ("mfu", lambda v: f"MFU {100 * v:.1f}%"),
+    ("tokens_seen", lambda v: f"{format_count(v)} tokens"),
+)
+EVALUATION_PARTS = (("eval_perplexity", lambda v: f"ppl {v:.2f}"), ("eval_bpb", lambda v: f"bits/byte {v:.4f}"))
+
+
 def format_log_line(logs: dict[str, Any], step: int, max_steps: int) -> str | None:
     """One line for a training or evaluation log record (None for other records)."""
     if "loss" in logs:
         parts = [f"step {step}/{max_steps}", f"loss {logs['loss']:.4f}"]
-        if "learning_rate" in logs:
-            parts.append(f"lr {logs['learning_rate']:.2e}")
-        if logs.get("grad_norm") is not None:
-            parts.append(f"grad norm {logs['grad_norm']:.3f}")
-        if "tokens_per_second" in logs:
-            parts.append(f"{logs['tokens_per_second']:,.0f} tok/s")
-        if "mfu" in logs:
-            parts.append(f"MFU {100 * logs['mfu']:.1f}%")
-        if "tokens_seen" in logs:
-            parts.append(f"{format_count(logs['tokens_seen'])} tokens")
-        return " | ".join(parts)
-    if "eval_loss" in logs:
+        parts += [show(logs[key]) for key, show in TRAINING_PARTS if logs.get(key) is not None]
+    elif "eval_loss" in logs:
         parts = [f"eval step {step}", f"val loss {logs['eval_loss']:.4f}"]
-        if "eval_perplexity" in logs:
-            parts.append(f"ppl {logs['eval_perplexity']:.2f}")
-        if "eval_bpb" in logs:
-            parts.append(f"bits/byte {logs['eval_bpb']:.4f}")
+        parts += [show(logs[key]) for key, show in EVALUATION_PARTS if logs.get(key) is not None]
         if logs.get("eval_blocks", 0) < logs.get("validation_blocks", 0):  # a sample (training.eval_tokens)
             parts.append(f"sample of {logs['eval_blocks']:,}/{logs['validation_blocks']:,} blocks")
-        return " | ".join(parts)
-    return None
+    else:
+        return None
+    return " | ".join(parts)
 
 
 def format_count(n: float) -> str:
@@ -276,9 +267,7 @@ class StopTrainingCallback(TrainerCallback):
     def __init__(self, controller: StopController) -> None:
         self.controller = controller
 
-    def on_step_end(
-        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs
-    ) -> TrainerControl:
+    def on_step_end(self, args, state, control, **kwargs) -> None:
         controller = self.controller
         requested, signum = _max_over_processes([int(controller.stop_requested), controller.signum or 0], args)
         if requested:
@@ -288,7 +277,6 @@ class StopTrainingCallback(TrainerCallback):
             control.should_save = True
             control.should_training_stop = True
             control.should_evaluate = False  # a stop is a save and an exit: no scheduled evaluation first
-        return control
 
 
 def _max_over_processes(values: list[int], args: TrainingArguments) -> list[int]:

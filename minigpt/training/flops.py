@@ -111,9 +111,6 @@ def measure_matmul_peak(device: torch.device, dtype: torch.dtype, seconds: float
         sync()
         return time.perf_counter() - start
 
-    def spent() -> float:
-        return time.perf_counter() - started
-
     size, best = START_SIZE, (0.0, START_SIZE)  # (FLOP/s, side) of the best run
     while True:
         a = torch.randn(size, size, device=device).to(dtype)  # (size, size)
@@ -121,15 +118,14 @@ def measure_matmul_peak(device: torch.device, dtype: torch.dtype, seconds: float
         elapsed = timed(a, b)  # the first run at a size also warms up (thread pool, kernel choice)
         best = max(best, (2 * size**3 / elapsed, size))  # a multiply and an add per term
         # A doubled side costs 8x: grow while its first run and one more still fit.
-        if size * 2 > max_size or elapsed >= seconds / 20 or spent() + 16 * elapsed >= seconds:
+        if size * 2 > max_size or elapsed >= seconds / 20 or time.perf_counter() - started + 16 * elapsed >= seconds:
             break
         size *= 2
-    while spent() + elapsed <= seconds:
+    while time.perf_counter() - started + elapsed <= seconds:
         elapsed = timed(a, b)
         best = max(best, (2 * size**3 / elapsed, size))
-    best_rate, best_size = best
     others = others_busy_cores(load_start, read_cpu_times()) if device.type == "cpu" else 0.0
-    return PeakMeasurement(best_rate, best_size, time.perf_counter() - started, others)
+    return PeakMeasurement(*best, time.perf_counter() - started, others)
 
 
 def resolve_peak_flops(
@@ -144,18 +140,16 @@ def resolve_peak_flops(
         known = datasheet_peak(device_name(device), precision)
         if known is not None:
             return PeakFlops(known[1], f"datasheet: {known[0]}, {precision} dense", trusted=True)
-    cache_file = cache_file or user_cache_dir() / PEAK_FLOPS_FILE
-    entry = _read_cache(cache_file).get(peak_flops_key(device, dtype))
+    cache_file, key = cache_file or user_cache_dir() / PEAK_FLOPS_FILE, peak_flops_key(device, dtype)
+    entry = _read_cache(cache_file).get(key)
     if isinstance(entry, dict) and isinstance(entry.get("flops"), int | float) and entry["flops"] > 0:
         how = entry.get("how", "measured")
         return PeakFlops(float(entry["flops"]), f"{how}, cached in {cache_file}", trusted=True, measured=True)
     measured = measure_matmul_peak(device, dtype)
     how = f"{precision} {measured.size}x{measured.size} matmul, {_threads(device)}, {measured.seconds:.1f} s"
     if measured.quiet:
-        cached = _read_cache(cache_file)
-        cached[peak_flops_key(device, dtype)] = {
-            "flops": measured.flops, "measured": time.strftime("%Y-%m-%d %H:%M:%S"), "how": f"measured: {how}"
-        }
+        cached = _read_cache(cache_file)  # again: another process may have written meanwhile
+        cached[key] = {"flops": measured.flops, "measured": time.strftime("%Y-%m-%d %H:%M:%S"), "how": f"measured: {how}"}
         with contextlib.suppress(OSError), atomic_write_file(cache_file, encoding="utf-8") as handle:
             json.dump(cached, handle, indent=2)  # a read-only home only loses the cache
         return PeakFlops(measured.flops, f"measured: {how}; cached in {cache_file}", trusted=True, measured=True)

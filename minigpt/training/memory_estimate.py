@@ -44,12 +44,10 @@ class MemoryEstimate:
     def describe(self) -> str:
         """The line a run prints: the training and evaluation peaks, and what the training one holds."""
         copies = f", {self.precision} weight copies {size(self.weight_copies)}" if self.weight_copies else ""
-        return (
-            f"memory: about {size(self.training_peak)} per device to train (weights {size(self.weights)}, "
-            f"AdamW states {size(self.optimizer_states)}{copies}, activations and gradients "
-            f"{size(self.peak_dynamic)} at {self.tokens:,} tokens a pass), {size(self.evaluation_peak)} to "
-            "evaluate; an estimate of eager-mode tensors (docs/gpu.md#memory)"
-        )
+        return (f"memory: about {size(self.training_peak)} per device to train (weights {size(self.weights)}, "
+                f"AdamW states {size(self.optimizer_states)}{copies}, activations and gradients "
+                f"{size(self.peak_dynamic)} at {self.tokens:,} tokens a pass), {size(self.evaluation_peak)} to "
+                "evaluate; an estimate of eager-mode tensors (docs/gpu.md#memory)")
 
 
 def size(n_bytes: float) -> str:
@@ -97,25 +95,17 @@ def activation_element_bytes(precision: str) -> int:
     return 2 if precision in ("bf16", "fp16") else 4
 
 
-def layer_activation_bytes(
-    config: MiniGPTConfig,
-    precision: str,
-    attention: str,
-    device: str,
-    block_size: int,
-) -> float:
+def layer_activation_bytes(config: MiniGPTConfig, precision: str, attention: str, device: str, block_size: int) -> float:
     """Bytes one block saves for the backward, per token (without activation checkpointing);
     `attention` the resolved implementation, `device` "cuda" or "cpu" (kernels differ)."""
     a = activation_element_bytes(precision)
-    C, inner = config.hidden_size, config.intermediate_size
-    mask = dropout_mask_bytes(device, a)
     total = 2 * norm_activation_bytes(config, a)  # ln_1, ln_2
     total += attention_activation_bytes(config, a, attention, device, block_size)
     # MLP: GELU keeps its input and the projection its input (2aI); the gated MLP keeps the fused
     # gate-and-up output (2aI), the activation's output and the product (4aI).
-    total += (4 if config.mlp_type == "gated" else 2) * a * inner
-    if config.hidden_dropout > 0:
-        total += 2 * mask * C  # the attention's and the MLP's residual dropout masks
+    total += (4 if config.mlp_type == "gated" else 2) * a * config.intermediate_size
+    if config.hidden_dropout > 0:  # the attention's and the MLP's residual dropout masks
+        total += 2 * dropout_mask_bytes(device, a) * config.hidden_size
     return total
 
 
@@ -123,15 +113,11 @@ def norm_activation_bytes(config: MiniGPTConfig, a: int) -> float:
     """A pre-norm over the fp32 residual stream and the matmul input it feeds (a C), per token:
     LayerNorm keeps its input and two statistics; RMSNorm its input, rsqrt and normalised input."""
     C = config.hidden_size
-    matmul_input = a * C
-    if config.norm_type == "layernorm":
-        return FP32 * C + 2 * FP32 + matmul_input
-    return FP32 * C + FP32 + FP32 * C + matmul_input
+    kept = 2 * FP32 if config.norm_type == "layernorm" else FP32 + FP32 * C  # statistics, or rsqrt and output
+    return FP32 * C + kept + a * C
 
 
-def attention_activation_bytes(
-    config: MiniGPTConfig, a: int, attention: str, device: str, T: int
-) -> float:
+def attention_activation_bytes(config: MiniGPTConfig, a: int, attention: str, device: str, T: int) -> float:
     """What one attention layer saves per token; qkv (3aC) is kept whole while a saved tensor views it."""
     C, nh = config.hidden_size, config.num_attention_heads
     saved, qkv_kept = 0.0, False

@@ -77,20 +77,16 @@ def read_config_file(path: Path, extended_by: tuple[Path, ...] = ()) -> tuple[di
 def read_yaml_mapping(path: Path, what: str) -> dict[str, Any]:
     """`yaml.safe_load` a file that must hold a mapping (an empty file is an empty mapping)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{what} not found: {path}") from None
     except (IsADirectoryError, UnicodeDecodeError, PermissionError) as err:
         raise ConfigError(f"cannot read {what} {path}: {err}") from None
-    try:
-        data = yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise ConfigError(_yaml_problem(path, err)) from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
+    if not isinstance(data, dict | None):
         raise ConfigError(f"{path} must hold a mapping of sections, got {type(data).__name__}")
-    return data
+    return data or {}
 
 
 def _yaml_problem(path: Path, err: yaml.YAMLError) -> str:
@@ -129,15 +125,10 @@ def build_run_config(raw: Mapping[str, Any], config_dir: Path | None = None) -> 
     """Turn a raw nested mapping into a validated RunConfig."""
     for section in raw:
         _check_section(str(section))
-    sections: dict[str, Any] = {}
-    for name, cls in SECTIONS.items():
-        values = _mapping(name, raw.get(name))
-        if name == "hardware":
-            values = resolve_hardware_profile(values, config_dir)
-        sections[name] = build_section(name, cls, values)
-    explicit = frozenset(
-        f"{section}.{key}" for section, values in raw.items() if isinstance(values, dict) for key in values
-    )
+    values = {name: _mapping(name, raw.get(name)) for name in SECTIONS}
+    values["hardware"] = resolve_hardware_profile(values["hardware"], config_dir)
+    sections = {name: build_section(name, cls, values[name]) for name, cls in SECTIONS.items()}
+    explicit = frozenset(f"{section}.{key}" for section, keys in raw.items() if isinstance(keys, dict) for key in keys)
     run = RunConfig(**sections, explicit_keys=explicit)
     check_cross_fields(run)
     return run
@@ -236,11 +227,9 @@ def coerce(value: Any, annotation: Any, key: str) -> Any:
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
-        for option in (a for a in args if a is not type(None)):
-            try:
+        for option in _options(annotation):
+            with contextlib.suppress(ConfigError):
                 return coerce(value, option, key)
-            except ConfigError:
-                continue
         raise _type_error(key, annotation, value)
     if origin is Literal:
         if value in args:

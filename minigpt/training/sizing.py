@@ -283,9 +283,7 @@ def size_run(
         while order:
             c = order.pop(0)
             model = MiniGPTForCausalLM(config_for(c.layers, c.width))
-            c.step_seconds = accumulation * measure_step_seconds(
-                model, batch, block_size, dtype, warmup_s, timed_s, device=device
-            )
+            c.step_seconds = accumulation * measure_step_seconds(model, batch, block_size, dtype, warmup_s, timed_s, device)
             c.evaluation_seconds = c.step_seconds * EVALUATION_SHARE * eval_tokens / tokens_per_step
             del model
             if c is reference:  # its FLOP/s estimates the other shapes' steps, to order them

@@ -190,9 +190,7 @@ class MiniGPTTrainer(Trainer):
     def get_eval_dataloader(self, eval_dataset: Any = None) -> Any:
         """Trainer's, ending early once a stop is asked (one process only: several would have to agree)."""
         loader = super().get_eval_dataloader(eval_dataset)
-        if self.stop_controller is None or self.args.world_size > 1:
-            return loader
-        return StoppableLoader(loader, self)
+        return loader if self.stop_controller is None or self.args.world_size > 1 else StoppableLoader(loader, self)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """Add tokens/s, MFU and tokens seen to training records; perplexity and blocks read to eval ones."""
