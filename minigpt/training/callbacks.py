@@ -59,8 +59,7 @@ class MaxTimeCallback(TrainerCallback):
                 print(f"training.max_time={self.max_time:g} fits about {fit} steps, fewer than training.warmup_steps="
                       f"{self.warmup_steps}: the learning rate never reaches its peak", file=sys.stderr, flush=True)
         if _max_over_processes([int(elapsed >= self.max_time)], args)[0]:  # every process ends at one step
-            control.should_training_stop = True
-            control.should_save = True
+            control.should_save = control.should_training_stop = True
 
 
 class ParameterLayoutCallback(TrainerCallback):
@@ -129,9 +128,7 @@ class LogLineProgressCallback(ProgressCallback):
                 setattr(self, event, lambda *args, **kwargs: None)
 
     def on_log(self, args, state, control, logs=None, **kwargs) -> None:
-        if not state.is_world_process_zero or logs is None:
-            return
-        if self.stop_controller is not None and self.stop_controller.stop_requested:
+        if not state.is_world_process_zero or logs is None or (self.stop_controller and self.stop_controller.stop_requested):
             return
         line = format_log_line(logs, state.global_step, state.max_steps)
         if line is not None:
@@ -274,8 +271,7 @@ class StopTrainingCallback(TrainerCallback):
             if not controller.stop_requested:  # another process got the signal
                 controller.request_stop("stop requested on another process", signum or None)
             controller.stopped_at_step = state.global_step
-            control.should_save = True
-            control.should_training_stop = True
+            control.should_save = control.should_training_stop = True
             control.should_evaluate = False  # a stop is a save and an exit: no scheduled evaluation first
 
 

@@ -145,8 +145,7 @@ def newest_complete(output_dir: Path) -> Path | None:
 def warn_when_short_of_space(output_dir: Path) -> None:
     """A line before a save when the disk has less free space than the last checkpoint took."""
     last = newest_complete(output_dir)
-    needed = checkpoint_bytes(last) if last is not None else 0
-    free = shutil.disk_usage(output_dir).free
+    needed, free = checkpoint_bytes(last) if last is not None else 0, shutil.disk_usage(output_dir).free
     if free < needed:
         _warn(f"{_mb(free)} free in {output_dir}, less than {last.name} took ({_mb(needed)}): the next checkpoint may not fit")
 
@@ -167,15 +166,13 @@ def full_disk_is_one_line(output_dir: str | os.PathLike, resume_command: str | N
         if not full or not is_main_process():
             raise
         output_dir = Path(output_dir)
-        removed = []
-        for checkpoint in list_checkpoints(output_dir):
-            if not is_complete(checkpoint):
-                shutil.rmtree(checkpoint, ignore_errors=True)
-                removed.append(checkpoint.name)
+        removed = [checkpoint for checkpoint in list_checkpoints(output_dir) if not is_complete(checkpoint)]
+        for checkpoint in removed:
+            shutil.rmtree(checkpoint, ignore_errors=True)
         last = newest_complete(output_dir)
         kept = f"the last complete checkpoint is {last.name}" if last else "no complete checkpoint was written yet"
         needed = f"a checkpoint takes {_mb(checkpoint_bytes(last))}; " if last else ""
-        unfinished = f"removed the unfinished {', '.join(removed)}; " if removed else ""
+        unfinished = f"removed the unfinished {', '.join(c.name for c in removed)}; " if removed else ""
         raise DiskFullError(
             f"no space left on device in {output_dir} ({needed}{_mb(shutil.disk_usage(output_dir).free)} free): "
             f"{unfinished}{kept}; free some space, then resume with: {resume_command or '--resume'}"

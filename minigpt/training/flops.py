@@ -78,11 +78,7 @@ class PeakMeasurement:
 
 def precision_name(dtype: torch.dtype, tf32: bool = False) -> str:
     """"bf16", "fp16", "tf32" (fp32 with TensorFloat-32 matmuls) or "fp32"."""
-    if dtype == torch.bfloat16:
-        return "bf16"
-    if dtype == torch.float16:
-        return "fp16"
-    return "tf32" if tf32 else "fp32"
+    return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "tf32" if tf32 else "fp32")
 
 
 def datasheet_peak(device_name: str, precision: str) -> tuple[str, float] | None:

@@ -65,11 +65,8 @@ def training_dtype(hardware: HardwareSettings) -> torch.dtype:
 
 def tf32_matmuls(hardware: HardwareSettings) -> bool:
     """True when fp32 matmuls run as TensorFloat-32 (a GPU setting): MFU's peak is then tf32's."""
-    if on_cpu(hardware):
-        return False
-    if hardware.tf32 is not None:
-        return hardware.tf32
-    return torch.backends.cuda.matmul.allow_tf32
+    tf32 = hardware.tf32 if hardware.tf32 is not None else torch.backends.cuda.matmul.allow_tf32
+    return not on_cpu(hardware) and tf32
 
 
 @contextmanager

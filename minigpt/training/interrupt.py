@@ -44,9 +44,7 @@ class StopController:
     @property
     def exit_code(self) -> int:
         """128 + signal for a run ended by one (130 SIGINT, 143 SIGTERM), 1 for another stop, else 0."""
-        if self.signum is not None:
-            return 128 + self.signum
-        return 1 if self.stop_requested else 0
+        return 128 + self.signum if self.signum is not None else int(self.stop_requested)
 
     @contextlib.contextmanager
     def install_signal_handlers(self) -> Iterator[StopController]:
@@ -54,9 +52,7 @@ class StopController:
         if threading.current_thread() is not threading.main_thread():
             yield self
             return
-        previous = {sig: signal.getsignal(sig) for sig in HANDLED_SIGNALS}
-        for sig in HANDLED_SIGNALS:
-            signal.signal(sig, self.handle_signal)
+        previous = {sig: signal.signal(sig, self.handle_signal) for sig in HANDLED_SIGNALS}
         try:
             yield self
         finally:

@@ -28,9 +28,8 @@ def load_run_config(path: str | Path, overrides: Iterable[str] = ()) -> RunConfi
     path = Path(path)
     raw, profile_dir = read_config_file(path)
     if not raw:
-        raise ConfigError(
-            f"{path} is empty: a run config names at least its training.output_dir (see configs/shakespeare.yaml)"
-        )
+        raise ConfigError(f"{path} is empty: a run config names at least its training.output_dir "
+                          "(see configs/shakespeare.yaml)")
     for override in overrides:
         apply_override(raw, override)
         if override.partition("=")[0].strip() == "hardware.profile":
@@ -208,14 +207,11 @@ def check_fits_model(run: RunConfig, whose: str = "") -> None:
     """Data blocks and text samples fit the model's context; `whose` names where it came from."""
     max_positions = run.model.max_position_embeddings
     if run.data.block_size > max_positions:
-        raise ConfigError(
-            f"data.block_size ({run.data.block_size}) exceeds {whose}model.max_position_embeddings ({max_positions})"
-        )
+        raise ConfigError(f"data.block_size ({run.data.block_size}) exceeds "
+                          f"{whose}model.max_position_embeddings ({max_positions})")
     if run.training.sample_max_new_tokens >= max_positions:
-        raise ConfigError(
-            f"training.sample_max_new_tokens ({run.training.sample_max_new_tokens}) must be less than "
-            f"{whose}model.max_position_embeddings ({max_positions})"
-        )
+        raise ConfigError(f"training.sample_max_new_tokens ({run.training.sample_max_new_tokens}) must be less than "
+                          f"{whose}model.max_position_embeddings ({max_positions})")
 
 
 def coerce(value: Any, annotation: Any, key: str) -> Any:

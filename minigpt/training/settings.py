@@ -153,10 +153,8 @@ class TrainerBacked:
 
     def to_dict(self) -> dict[str, Any]:
         """Declared keys, then the Trainer keys written or defaulted by MiniGPT."""
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "trainer"}
-        for key in [*TRAINER_DEFAULTS[self.section], *self.trainer]:
-            values[key] = getattr(self, key)
-        return values
+        declared = [f.name for f in dataclasses.fields(self) if f.name != "trainer"]
+        return {key: getattr(self, key) for key in [*declared, *TRAINER_DEFAULTS[self.section], *self.trainer]}
 
 
 def takes_trainer_keys(cls: type) -> type:
@@ -164,8 +162,7 @@ def takes_trainer_keys(cls: type) -> type:
     init = cls.__init__
 
     def __init__(self, *args: Any, trainer: dict[str, Any] | None = None, **values: Any) -> None:
-        keys = cls.trainer_keys()
-        given = {key: values.pop(key) for key in list(values) if key in keys}
+        given = {key: values.pop(key) for key in list(values) if key in cls.trainer_keys()}
         init(self, *args, trainer={**(trainer or {}), **given}, **values)
 
     cls.__init__ = __init__
@@ -177,8 +174,7 @@ class ModelSettings:
     """The `model:` section: where the weights start, and MiniGPTConfig's architecture options (with
     `init_from` the base's: a key written here must agree, but for dropout and rope scaling)."""
 
-    # A run folder, checkpoint or model folder, or ORG/NAME in a hub folder; null: random weights.
-    init_from: str | None = None
+    init_from: str | None = None  # a run, checkpoint or model folder, or ORG/NAME (null: random weights)
     init_revision: str | None = None  # ORG/NAME only: branch, tag or commit (null: main)
     init_hub_dir: str | None = None  # ORG/NAME only: the hub folder (null: $HF_HUB_CACHE, else ./hub)
     declare_fields(vars(), (option for option in OPTIONS if option.name not in MANAGED_MODEL_FIELDS))
@@ -210,17 +206,12 @@ class TrainingSettings(TrainerBacked):
     overwrite_output_dir: bool = False  # start over in an output_dir that holds a run: removes its outputs first
     min_learning_rate: float = 1e-4  # floor of the decay: cosine_with_min_lr, warmup_stable_decay
     decay_fraction: float = 0.3  # warmup_stable_decay: the share of the run, at its end, that decays
-    # Seconds of training after which the run saves and ends (null: no limit); not decayed then.
-    max_time: float | None = None
-    # Wall clock ("30m", "2h", "900s") or compute ("3e13 flops") the run sizes its model, steps,
-    # learning rates, warmup and dropout for (sizing.py). null: the config's values.
-    budget: str | None = None
+    max_time: float | None = None  # seconds of training after which the run saves and ends, undecayed
+    budget: str | None = None  # "30m", "2h", "900s" or "3e13 flops": the run sizes itself for it (sizing.py)
     decay_embeddings: bool = False  # also decay token/position embeddings (and the tied output head)
-    # Most validation tokens an evaluation reads (a fixed, seeded sample; null: all).
-    eval_tokens: int | None = 1_048_576
+    eval_tokens: int | None = 1_048_576  # most validation tokens an evaluation reads (a seeded sample)
     sample_steps: int = 200  # print and save text samples every this many steps (0: only at the end)
-    # Each prompt is continued once per sampling; null: openings of the validation split.
-    sample_prompts: list[str] | None = None
+    sample_prompts: list[str] | None = None  # each continued per sampling (null: validation openings)
     sample_max_new_tokens: int = 64  # tokens generated per sample
     sample_temperature: float = 0.8  # softmax temperature for samples (0: greedy)
     sample_top_k: int | None = 50  # sample only from the k most likely tokens (None: all)

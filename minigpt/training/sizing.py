@@ -64,9 +64,7 @@ def parse_budget(text: str | float | int, key: str = "training.budget") -> Budge
     value, unit = float(match.group(1)), (match.group(2) or "s").lower()
     if value <= 0:
         raise ConfigError(f"{key}: the budget must be positive, got {text!r}")
-    if unit == "flops":
-        return Budget(flops=value)
-    return Budget(seconds=value * UNIT_SECONDS[unit])
+    return Budget(flops=value) if unit == "flops" else Budget(seconds=value * UNIT_SECONDS[unit])
 
 
 def learning_rate(width: int) -> float:
@@ -82,8 +80,7 @@ def effective_tokens(tokens: float, unique: float, r_star: float) -> float:
     """Muennighoff et al. 2023, eq. 5: D' = U + U R* (1 - exp(-R / R*)), R = D / U - 1 repeats."""
     if unique <= 0 or tokens <= unique:
         return tokens
-    repeats = tokens / unique - 1.0
-    return unique + unique * r_star * (1.0 - math.exp(-repeats / r_star))
+    return unique + unique * r_star * (1.0 - math.exp(-(tokens / unique - 1.0) / r_star))
 
 
 @dataclass(frozen=True)
@@ -164,11 +161,9 @@ class Plan:
         c = self.chosen
         runner_up = sorted(self.considered, key=lambda x: x.distance)[1:2]
         if runner_up:
-            why = (
-                f"of {len(self.considered)} shapes the nearest to {self.rule.ratio:g} tokens per parameter, "
-                f"repeats counted less: {c.tokens_per_parameter:.1f} (next: {runner_up[0].name} at "
-                f"{runner_up[0].tokens_per_parameter:.1f})"
-            )
+            why = (f"of {len(self.considered)} shapes the nearest to {self.rule.ratio:g} tokens per parameter, "
+                   f"repeats counted less: {c.tokens_per_parameter:.1f} (next: {runner_up[0].name} at "
+                   f"{runner_up[0].tokens_per_parameter:.1f})")
         elif self.max_time is not None:  # a short wall-clock budget leaves time to measure one shape
             why = f"the only shape measured in the {CHOOSING_SHARE:.0%} of the budget that choosing may take"
         else:
@@ -182,10 +177,9 @@ class Plan:
             f"plan: {why}; choosing took {self.choosing_seconds:.1f} s",
         ]
         if c.steps < c.budget_steps:
-            lines.append(
-                f"plan: stops early at {MAX_EPOCHS} epochs, {c.steps:,} of the {c.budget_steps:,} steps the budget "
-                "allows: past that repeated tokens add nothing (Muennighoff et al. 2023); more text would use the rest"
-            )
+            lines.append(f"plan: stops early at {MAX_EPOCHS} epochs, {c.steps:,} of the {c.budget_steps:,} steps the "
+                         "budget allows: past that repeated tokens add nothing (Muennighoff et al. 2023); more text "
+                         "would use the rest")
         return lines
 
     def record(self) -> dict[str, Any]:

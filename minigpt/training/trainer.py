@@ -202,9 +202,8 @@ class MiniGPTTrainer(Trainer):
             logs["tokens_seen"] = self.state.global_step * self.throughput.tokens_per_step
         if "eval_loss" in logs:  # the validation blocks' mean loss per prediction, in nats
             logs["eval_perplexity"] = math.exp(min(logs["eval_loss"], 50.0))  # capped: exp overflows
-            if self.validation_blocks is not None and self.eval_dataset is not None:
-                logs["eval_blocks"] = len(self.eval_dataset)  # read by the evaluation, of ...
-                logs["validation_blocks"] = self.validation_blocks  # ... the split's
+            if self.validation_blocks is not None and self.eval_dataset is not None:  # blocks read, of the split's
+                logs.update(eval_blocks=len(self.eval_dataset), validation_blocks=self.validation_blocks)
         if "train_runtime" in logs and self.throughput is not None:  # from the steps trained, not max_steps
             logs.update(self.throughput.session_rates(logs["train_runtime"]))
         super().log(logs, start_time)
@@ -223,8 +222,7 @@ class StoppableLoader:
             if controller.stop_requested:
                 self.trainer.evaluation_cut = True
                 if self.trainer.is_in_train:  # inside training: save at this step, then stop
-                    self.trainer.control.should_save = True
-                    self.trainer.control.should_training_stop = True
+                    self.trainer.control.should_save = self.trainer.control.should_training_stop = True
                     controller.stopped_at_step = self.trainer.state.global_step
                 return
             yield batch
