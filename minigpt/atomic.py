@@ -1,12 +1,7 @@
-"""Outputs that appear whole or not at all: write into a staging path, then rename.
-
-A crash, SIGKILL or Ctrl-C at any instant leaves either the previous output or the new one,
-never a half-written mix. `os.replace` is atomic on POSIX within one filesystem, which is why
-the staging path is always a sibling of the target.
-
-Temporary files and folders are private while they are written (`tempfile` makes them 0600 and
-0700); before the rename they get the modes the user's umask gives a new file or folder, as `cp`
-or `mkdir` would, so a model shared with a colleague on the same machine is readable.
+"""Outputs that appear whole or not at all: written into a sibling staging path, then renamed
+(`os.replace` is atomic within one filesystem), so a kill at any instant leaves the old output or the
+new one. Staging files are private while written; before the rename they get the umask's modes, as
+`cp` or `mkdir` would give them.
 """
 
 from __future__ import annotations
@@ -21,13 +16,8 @@ from pathlib import Path
 
 def current_umask() -> int:
     """The process's umask, read without changing it (Linux), else by setting and restoring it."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
+    with contextlib.suppress(OSError, ValueError, StopIteration), open("/proc/self/status", encoding="ascii") as status:
+        return int(next(line for line in status if line.startswith("Umask:")).split()[1], 8)
     mask = os.umask(0o022)  # not atomic: another thread creating a file now gets 0o022
     os.umask(mask)
     return mask
@@ -44,33 +34,27 @@ def dir_mode() -> int:
 
 
 def make_temp_file(directory: str | os.PathLike, prefix: str, suffix: str = "") -> tuple[int, str]:
-    """`tempfile.mkstemp`, with the mode a new file would get instead of 0600."""
+    """`tempfile.mkstemp` with the mode a new file would get, not 0600."""
     fd, path = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=directory)
     os.fchmod(fd, file_mode())
     return fd, path
 
 
 def make_temp_dir(directory: str | os.PathLike, prefix: str) -> Path:
-    """`tempfile.mkdtemp`, with the mode a new folder would get instead of 0700."""
+    """`tempfile.mkdtemp` with the mode a new folder would get, not 0700."""
     path = Path(tempfile.mkdtemp(prefix=prefix, dir=directory))
     os.chmod(path, dir_mode())
     return path
 
 
 def apply_umask_modes(folder: str | os.PathLike) -> None:
-    """Give `folder` and every file and folder in it the umask's modes (libraries such as
-    safetensors write through private temporary files: their 0600 would reach the output)."""
+    """Give `folder` and everything in it the umask's modes (safetensors writes private temporary files)."""
     files, folders = file_mode(), dir_mode()
     os.chmod(folder, folders)
     for root, dirnames, filenames in os.walk(folder):
-        for name in dirnames:
-            path = os.path.join(root, name)
-            if not os.path.islink(path):
-                os.chmod(path, folders)
-        for name in filenames:
-            path = os.path.join(root, name)
-            if not os.path.islink(path):
-                os.chmod(path, files)
+        for name, mode in [*((d, folders) for d in dirnames), *((f, files) for f in filenames)]:
+            if not os.path.islink(path := os.path.join(root, name)):
+                os.chmod(path, mode)
 
 
 def fsync_dir(path: str | os.PathLike) -> None:
@@ -84,8 +68,8 @@ def fsync_dir(path: str | os.PathLike) -> None:
 
 @contextlib.contextmanager
 def atomic_output_path(path: str | os.PathLike) -> Iterator[Path]:
-    """A temporary sibling of `path` for writers that take a file name, not a handle (GGUF's);
-    flushed and renamed over `path` when the block ends without an error, removed otherwise."""
+    """A temporary sibling of `path` for writers that take a file name; flushed and renamed over `path`
+    when the block ends without an error, removed otherwise."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = make_temp_file(path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -110,11 +94,8 @@ def atomic_write_file(path: str | os.PathLike, mode: str = "w", **open_kwargs) -
 
 
 def replace_dir(staging: str | os.PathLike, target: str | os.PathLike) -> None:
-    """Move a finished `staging` directory to `target`, replacing any previous `target`.
-
-    The old target is first renamed aside, so at every instant either the old or the new
-    complete directory exists under a known name (`target` or `<target>.old-*`).
-    """
+    """Move a finished `staging` directory to `target`, the old one renamed aside first, so the old or
+    the new whole directory exists at every instant (as `target` or `.<target>.old-*`)."""
     staging, target = Path(staging), Path(target)
     apply_umask_modes(staging)
     old = None
@@ -131,11 +112,8 @@ def replace_dir(staging: str | os.PathLike, target: str | os.PathLike) -> None:
 
 @contextlib.contextmanager
 def atomic_output_dir(target: str | os.PathLike) -> Iterator[Path]:
-    """Yield an empty staging directory; on success it replaces `target` in one rename.
-
-    On any exception (Ctrl-C included) the staging directory is removed and `target` is left
-    exactly as it was.
-    """
+    """An empty staging directory that replaces `target` in one rename on success; on any exception
+    it is removed and `target` left as it was."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = make_temp_dir(target.parent, prefix=f".{target.name}.staging-")

@@ -1,16 +1,6 @@
-"""How much of this machine's CPU other work takes: the one place MiniGPT asks "are the cores busy?";
-and the process-wide CPU settings made before torch loads (OpenMP's wait policy, glibc's allocator).
-
-torch's CPU thread pool stalls when another process holds one of its cores: every parallel region
-waits for the thread that shares a core, and OpenMP threads that spin while they wait take the
-time slice the working thread needs. Two choices depend on it, with one threshold,
-`BUSY_CORE_SHARE`: whether OpenMP threads wait passively (`choose_wait_policy`, before torch
-loads), and whether a measured matmul peak is the machine's own (`peak_flops`: a peak measured
-while other work held the cores is not cached).
-
-Read from Linux's /proc/stat (all processes' CPU time) minus this process's own CPU time, so the
-figure is the others' load whatever this process does meanwhile. Standard library only: the wait
-policy must be chosen before torch is imported. Elsewhere (no /proc/stat) the others' load reads 0.
+"""How much of this machine's CPU other work takes (/proc/stat's CPU time minus this process's own),
+and the process-wide CPU settings made before torch loads (standard library only). torch's thread pool
+stalls when another process holds one of its cores, and spinning OpenMP threads make it worse.
 """
 
 from __future__ import annotations
@@ -23,18 +13,17 @@ import time
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 
-# Other work that keeps more than this share of a core busy makes the core not ours: threads on it
-# stall the pool. Below it (the shell, a logger, the kernel's own work) a core counts as free.
+# Other work above this share of a core makes it not ours; below (a shell, a logger) it counts as free.
 BUSY_CORE_SHARE = 0.3
 SAMPLE_SECONDS = 0.2  # one sample at a run's start: 20 clock ticks a core at Linux's 100 Hz
 
 
 @dataclass(frozen=True)
 class CPUTimes:
-    """A reading of the machine's and this process's CPU time, for the load between two readings."""
+    """The machine's and this process's CPU time, for the load between two readings."""
 
     wall: float  # time.perf_counter()
-    machine_busy: float  # seconds of CPU time all processes used, over all cores (None-free: 0 if unknown)
+    machine_busy: float  # seconds of CPU time all processes used, over all cores (0 if unknown)
     machine_total: float  # seconds of CPU time the cores had in all (busy + idle)
     own: float  # seconds of CPU time this process used (every thread)
 
@@ -78,35 +67,25 @@ def is_busy(others: float) -> bool:
 
 
 def choose_wait_policy(
-    environ: MutableMapping[str, str] = os.environ,
-    sample: Callable[[], float] = sample_others_busy_cores,
+    environ: MutableMapping[str, str] = os.environ, sample: Callable[[], float] = sample_others_busy_cores
 ) -> str | None:
     """Set OMP_WAIT_POLICY=PASSIVE when other work keeps the cores busy; a line saying so, else None.
-
-    Call it where a run starts, before torch is imported (OpenMP reads the variable once, when torch
-    loads it): with spinning waits on busy cores a training step took 10x longer (2.6-5.5 s against
-    0.44-0.65 s); on free cores spinning is what keeps steps fast, so nothing changes there. A value
-    of the user's own is kept, and nothing is done once torch is loaded.
-    """
+    Call it before torch is imported (OpenMP reads the variable once); a value of the user's is kept.
+    On free cores spinning keeps steps fast, so nothing changes there."""
     if "OMP_WAIT_POLICY" in environ or "torch" in sys.modules:
         return None
     others = sample()
     if not is_busy(others):
         return None
     environ["OMP_WAIT_POLICY"] = "PASSIVE"
-    return (
-        f"cores busy: other processes use {others:.1f} core(s), so OpenMP threads wait passively "
-        "(OMP_WAIT_POLICY=PASSIVE; set it yourself to choose)"
-    )
+    return (f"cores busy: other processes use {others:.1f} core(s), so OpenMP threads wait passively "
+            "(OMP_WAIT_POLICY=PASSIVE; set it yourself to choose)")
 
 
-# glibc serves a large request (over 128 KiB, a threshold that grows up to 32 MiB as such blocks are
-# freed) with a fresh mmap and returns the heap's free top to the kernel past a trim threshold. A
-# training step frees and reallocates the same activations, gradients and logits each time, so each
-# step the kernel hands back zeroed pages, a minor fault per 4 KiB: ~4,000 a step of 4 x 128 at
-# 12 x 64 tokens, 7-8% of its time. With both thresholds raised freed blocks stay in the heap (25
-# faults a step); memory freed late in a run is returned at exit. Process-wide and for good, so only
-# a process that exists for one run sets it (scripts/train.py, a benchmark worker). No-op off glibc.
+# glibc serves a large request with a fresh mmap and returns the heap's free top to the kernel past a
+# trim threshold, so a training step that frees and reallocates the same buffers page-faults them back
+# in each time. With both thresholds raised freed blocks stay in the heap. Process-wide and for good:
+# only a process that exists for one run sets it. No-op off glibc.
 M_TRIM_THRESHOLD = -1  # mallopt parameters, from glibc's malloc.h
 M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD_MAX = 32 << 20  # glibc's ceiling on 64-bit: larger requests keep their own mmap
@@ -117,13 +96,10 @@ def keep_freed_memory() -> bool:
     """Raise glibc's mmap and trim thresholds for this process; True if glibc took both."""
     if not sys.platform.startswith("linux"):
         return False
-    name = ctypes.util.find_library("c")
     try:
-        libc = ctypes.CDLL(name or "libc.so.6")
-        mallopt = libc.mallopt
+        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
     except (OSError, AttributeError):  # not glibc (musl has no mallopt)
         return False
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    # Both or neither: setting either one stops glibc adapting the other, which then stays at its
-    # 128 KiB start (the trim threshold alone sent every block over it to mmap: 13x the faults).
+    # Both or neither: setting either one stops glibc adapting the other (it stays at 128 KiB).
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))

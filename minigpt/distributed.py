@@ -1,8 +1,5 @@
-"""Several training processes (`accelerate launch`): who is the main process, and a clean exit.
-
-Accelerate and Trainer own the process group; this module only answers "should this process
-print or write?" before Trainer exists, and tears the group down at exit, which gloo needs: without
-it about one run in four aborted at exit with SIGABRT.
+"""Several training processes (`accelerate launch`): who is the main process before Trainer exists,
+and tearing the group down at exit (without it gloo runs sometimes aborted with SIGABRT).
 """
 
 from __future__ import annotations
@@ -14,11 +11,8 @@ from types import ModuleType
 
 
 def _process_group() -> ModuleType | None:
-    """`torch.distributed` when a process group is up, else None.
-
-    Never imports torch: before torch is imported no process group can exist, and config
-    checking and `--help` (which use `is_main_process`) must stay free of torch's import time.
-    """
+    """`torch.distributed` when a process group is up, else None; never imports torch (no group can
+    exist before it is imported, and `--help` must stay fast)."""
     dist = sys.modules.get("torch.distributed")
     return dist if dist is not None and dist.is_available() and dist.is_initialized() else None
 
@@ -41,12 +35,8 @@ def is_main_process() -> bool:
 
 
 def teardown_distributed() -> None:
-    """Destroy the process group at the end of a run; a no-op with one process.
-
-    Call it after the last reference to the Trainer is gone (return from the function that held
-    it): the Trainer's garbage is collected first, and there is deliberately no barrier, because a
-    barrier plus destroy while the Trainer was alive deadlocked one rank in 1 of 5 runs.
-    """
+    """Destroy the process group at the end of a run (a no-op with one process). Call it once the
+    Trainer is gone; no barrier: one with the Trainer alive deadlocked a rank."""
     gc.collect()
     dist = _process_group()
     if dist is not None:
@@ -54,8 +44,8 @@ def teardown_distributed() -> None:
 
 
 def processes_not_started() -> int | None:
-    """The process count `accelerate launch --num_processes N` asked for, when it started this one
-    process alone instead (no GPU, no `--multi_gpu`, no config that says how); else None."""
+    """N, when `accelerate launch --num_processes N` started this one process alone (no GPU, no
+    `--multi_gpu`, no config that says how); else None."""
     if "ACCELERATE_MIXED_PRECISION" not in os.environ or "WORLD_SIZE" in os.environ:
         return None  # not under accelerate launch, or several processes were started
     import psutil  # only under accelerate launch
@@ -64,10 +54,6 @@ def processes_not_started() -> int | None:
         launcher = psutil.Process().parent().cmdline()
     except (psutil.Error, AttributeError):
         return None
-    for i, arg in enumerate(launcher):
-        value = arg.partition("=")[2] if arg.startswith("--num_processes=") else None
-        if arg == "--num_processes" and i + 1 < len(launcher):
-            value = launcher[i + 1]
-        if value is not None and value.isdigit() and int(value) > 1:
-            return int(value)
-    return None
+    words = [word for arg in launcher for word in arg.split("=", 1)]  # --num_processes=N or --num_processes N
+    values = [words[i + 1] for i, word in enumerate(words[:-1]) if word == "--num_processes"]
+    return next((int(value) for value in values if value.isdigit() and int(value) > 1), None)

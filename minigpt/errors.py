@@ -1,13 +1,7 @@
-"""User-facing errors: bad configs and bad data end a CLI with one line and exit code 2.
-
-Library code raises `MiniGPTUserError` (or a subclass) with a message a user can act on;
-scripts wrap `main()` in `run_cli`, which turns it into `error: <message>` on stderr and exit
-code 2, with no traceback. Anything else is a bug and keeps its traceback.
-
-`run_cli` also owns Ctrl-C (and SIGTERM) outside training, which saves and stops on its own: the
-first press prints one line and exits 130 (143) within `INTERRUPT_GRACE_S` seconds, a second
-press exits at once. Every output is written atomically, so nothing is left half-written either
-way.
+"""User-facing errors: a `MiniGPTUserError` ends a script (`run_cli`) with one line `error: ...` and
+exit code 2, no traceback; anything else is a bug and keeps its traceback. `run_cli` also owns Ctrl-C
+and SIGTERM outside training: one line and exit 128 + signal within `INTERRUPT_GRACE_S`, at once on a
+second press. Outputs are written atomically, so nothing is left half-written either way.
 """
 
 from __future__ import annotations
@@ -27,8 +21,7 @@ USER_ERROR_EXIT_CODE = 2
 INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, what shells report for a Ctrl-C
 INTERRUPTED_LINE = "interrupted: nothing was left half-written"
 INTERRUPT_GRACE_S = 5.0  # after the first Ctrl-C, the most the unwinding may take before exiting anyway
-# `accelerate launch` forwards the terminal's Ctrl-C to workers that already got it from the
-# terminal: a repeat this soon after the first signal is that copy, not a second press.
+# A repeat this soon is the launcher's forwarded copy of the terminal's Ctrl-C, not a second press.
 DUPLICATE_SIGNAL_WINDOW_S = 1.0
 GUARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -46,16 +39,9 @@ class DataError(MiniGPTUserError):
 
 
 class InterruptGuard:
-    """Ctrl-C/SIGTERM for a whole CLI run: one line, exit 128 + signal, promptly, whatever is running.
-
-    The first signal raises `KeyboardInterrupt` in the main thread, so `with` blocks clean up
-    (staging folders are removed); if unwinding has not ended the process within
-    `INTERRUPT_GRACE_S` (a pool waiting for its workers, a long call into Rust that does not
-    return to Python), a watcher thread prints the line and exits. A second signal exits at once.
-    Forked children (`Dataset.map` workers) ignore SIGINT: the parent alone decides, so no worker
-    prints a traceback of its own. While training's own handlers are installed (it saves a
-    checkpoint first), the guard stands aside.
-    """
+    """Ctrl-C/SIGTERM for a whole CLI run. The first signal raises `KeyboardInterrupt` in the main thread
+    so `with` blocks clean up; a watcher thread exits if the unwinding is stuck past `grace_s` (a pool, a
+    call into Rust), or at once on a second signal. It stands aside while training's handlers are in."""
 
     def __init__(self, grace_s: float = INTERRUPT_GRACE_S) -> None:
         self.grace_s = grace_s
@@ -63,8 +49,7 @@ class InterruptGuard:
         self._first_at: float | None = None
         self._raised = False  # the main thread got its KeyboardInterrupt
         self._owner_pid = os.getpid()
-        self._finished = threading.Lock()
-        self._noting = threading.Lock()
+        self._finished, self._noting = threading.Lock(), threading.Lock()
         self._wake_r, self._wake_w = socket.socketpair()
 
     @property
@@ -91,14 +76,13 @@ class InterruptGuard:
                 self.signum, self._first_at = signum, time.monotonic()
 
     def finish(self) -> None:
-        """Print the one line and leave now (from any thread, once), skipping atexit handlers,
-        which may wait on threads the interruption left behind."""
+        """Print the one line and leave now (any thread, once), skipping atexit handlers."""
         if self._finished.acquire(blocking=False):
             if threading.current_thread() is threading.main_thread():
                 for stream in (sys.stdout, sys.stderr):  # the watcher must not wait on their locks
                     with contextlib.suppress(Exception):
                         stream.flush()
-            # In a terminal a progress bar may be mid-line, after the ^C echo: start a line of our own.
+            # In a terminal a progress bar may be mid-line: start a line of our own.
             newline = "\n" if os.isatty(2) else ""
             os.write(2, f"{newline}{INTERRUPTED_LINE}\n".encode())
             os._exit(self.exit_code)
@@ -170,12 +154,8 @@ if hasattr(os, "register_at_fork"):  # POSIX
 
 
 def run_cli(main: Callable[[], int | None]) -> None:
-    """Run a script's `main()`; a `MiniGPTUserError` becomes one line on stderr and exit code 2.
-
-    A Ctrl-C that reaches here (outside training, which saves and stops on its own) prints one
-    line and exits 130, whatever error the interruption caused on its way up (a worker pool's
-    timeout, say): every output is written atomically, so nothing needs cleaning up.
-    """
+    """Run a script's `main()`: a `MiniGPTUserError` becomes one line on stderr and exit code 2; a
+    Ctrl-C one line and exit 130, whatever error the interruption caused on its way up."""
     guard = InterruptGuard()
     with guard.installed():
         try:
@@ -191,8 +171,8 @@ def run_cli(main: Callable[[], int | None]) -> None:
             if isinstance(err, KeyboardInterrupt):
                 print(INTERRUPTED_LINE, file=sys.stderr)
                 sys.exit(INTERRUPTED_EXIT_CODE)
-            if isinstance(err, BrokenPipeError):  # stdout's reader left (`| head`): Python's own recipe,
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no traceback at exit
+            if isinstance(err, BrokenPipeError):  # stdout's reader left (`| head`): no traceback at exit
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
                 sys.exit(1)
             raise
     sys.exit(code or 0)

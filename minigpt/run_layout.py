@@ -1,9 +1,5 @@
-"""The names of what a training run writes into its folder, how to find its checkpoints, and how
-to read its logs back (metrics.jsonl, samples.txt).
-
-Plain Python at the bottom of the package: training writes these files, and the hub stage (which
-training now sits above, since a run can start from a published model) loads and publishes them;
-the app and the run page read them.
+"""The names of what a training run writes into its folder, how to find its checkpoints, and how to
+read its logs back: training writes these files, the hub, the app and the run page read them.
 """
 
 from __future__ import annotations
@@ -23,7 +19,7 @@ METRICS_FILE = "metrics.jsonl"
 SAMPLES_FILE = "samples.txt"
 LOSS_PLOT_FILE = "loss.png"
 SUMMARY_FILE = "summary.json"
-RUN_PAGE_FILE = "run.html"  # one self-contained page of the run, written last (training/run_page.py)
+RUN_PAGE_FILE = "run.html"  # one self-contained page of the run, written last (reporting/)
 CORPUS_REPORT_FILE = "corpus_report.json"  # the corpus report of the run's data, and its plan's epochs
 PLAN_FILE = "plan.json"  # what training.budget chose, and the shapes it weighed
 FINAL_DIR = "final"
@@ -48,22 +44,18 @@ def checkpoint_step(path: str | os.PathLike) -> int | None:
 def list_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
     """`checkpoint-N` folders in `output_dir`, newest (highest N) first."""
     output_dir = Path(output_dir)
-    if not output_dir.is_dir():
-        return []
-    found = [p for p in output_dir.iterdir() if p.is_dir() and checkpoint_step(p) is not None]
+    found = [p for p in output_dir.iterdir() if p.is_dir() and checkpoint_step(p) is not None] if output_dir.is_dir() else []
     return sorted(found, key=checkpoint_step, reverse=True)
 
 
 def read_run_config(model_dir: str | os.PathLike) -> dict[str, Any]:
-    """The resolved training config saved beside a model (its `RESOLVED_CONFIG_NAME`), or {} when
-    there is none (a model folder that training did not write)."""
+    """The resolved training config saved beside a model, or {} when there is none."""
     path = Path(model_dir) / RESOLVED_CONFIG_NAME
     return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
 
 
 def model_folder_name(model: str | os.PathLike) -> str:
-    """A model folder named without the path to it: a run (or its `final/`) by the run's name, a
-    checkpoint as `<run>/checkpoint-N`, any other folder by its own name."""
+    """A model folder's name: a run's `final/` by the run's, a checkpoint as `<run>/checkpoint-N`."""
     path = Path(os.path.abspath(model))
     if path.name == FINAL_DIR:
         return path.parent.name
@@ -97,12 +89,11 @@ def read_samples(path: Path, offset: int = 0) -> list[Sample]:
     except (FileNotFoundError, UnicodeDecodeError):
         return []
     headers = list(SAMPLE_HEADER.finditer(text))
-    samples = []
-    for header, following in zip(headers, [*headers[1:], None], strict=True):
-        end = following.start() if following is not None else len(text)
-        body = text[header.end() + 1 : end]  # +1: the newline after the header
-        samples.append(Sample(int(header.group(1)), header.group(2), body.removesuffix("\n")))
-    return samples
+    ends = [header.start() for header in headers[1:]] + [len(text)]
+    return [  # a body starts after its header's newline
+        Sample(int(header.group(1)), header.group(2), text[header.end() + 1 : end].removesuffix("\n"))
+        for header, end in zip(headers, ends, strict=True)
+    ]
 
 
 def is_number(value: Any) -> bool:

@@ -1,7 +1,5 @@
-"""A run folder read back: its config, summary, log records, samples and model size, and the one
-source of the curves drawn from them (`series`, `evaluations`), for loss.png and run.html alike.
-
-Only the files in the folder are read (no torch), so an old run folder reads as a new one.
+"""A run folder read back from its files alone (no torch): config, summary, log records, samples and
+model size, and the curves drawn from them (`series`, `evaluations`) for loss.png and run.html alike.
 """
 
 from __future__ import annotations
@@ -56,10 +54,10 @@ class RunFolder:
 def read_run_folder(output_dir: str | os.PathLike) -> RunFolder:
     """Everything the page shows, read from `output_dir` alone."""
     path = Path(output_dir)
-    found = RunFolder(path)
-    config_path = path / RESOLVED_CONFIG_NAME
-    if config_path.is_file():
-        found.config_text = config_path.read_text(encoding="utf-8", errors="replace")
+    found = RunFolder(path, records=read_log_records(path / METRICS_FILE))
+    found.samples = run_samples(read_samples(path / SAMPLES_FILE))
+    if (path / RESOLVED_CONFIG_NAME).is_file():
+        found.config_text = (path / RESOLVED_CONFIG_NAME).read_text(encoding="utf-8", errors="replace")
         try:
             loaded = yaml.safe_load(found.config_text)
             found.config = loaded if isinstance(loaded, dict) else {}
@@ -67,8 +65,6 @@ def read_run_folder(output_dir: str | os.PathLike) -> RunFolder:
             found.problems.append(f"{RESOLVED_CONFIG_NAME}: {error}")
     summary = _read_json(path / SUMMARY_FILE, found.problems)
     found.summary = summary if isinstance(summary, dict) else None
-    found.records = read_log_records(path / METRICS_FILE)
-    found.samples = run_samples(read_samples(path / SAMPLES_FILE))
     # The model as saved: final/ once the run finished, else its newest checkpoint.
     for folder in [path / FINAL_DIR, *list_checkpoints(path)]:
         config = _read_json(folder / "config.json", found.problems)
@@ -82,8 +78,7 @@ def read_run_folder(output_dir: str | os.PathLike) -> RunFolder:
 
 
 def _read_json(path: Path, problems: list[str]) -> Any:
-    """The JSON value in `path`, None when there is no such file; a file that does not parse is
-    said in `problems` (the page still shows the rest)."""
+    """The JSON value in `path` (None when missing); one that does not parse is said in `problems`."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -94,12 +89,9 @@ def _read_json(path: Path, problems: list[str]) -> Any:
 
 
 def run_samples(samples: Iterable[Sample]) -> list[Sample]:
-    """The samples of the run that wrote the folder last, oldest first.
-
-    samples.txt is only appended to: a resume samples the steps after its checkpoint again, and a
-    new run in a folder without checkpoints appends to the old run's file. So a step sampled again
-    replaces the earlier sample, and a step lower than the one before starts over from there.
-    """
+    """The samples of the run that wrote the folder last, oldest first: samples.txt is only appended
+    to, so a step sampled again (a resume) replaces the earlier sample, and a lower step than the one
+    before (a new run) starts over from there."""
     kept: dict[tuple[int, str], Sample] = {}
     previous = -1
     for sample in samples:
@@ -112,8 +104,7 @@ def run_samples(samples: Iterable[Sample]) -> list[Sample]:
 
 
 def count_parameters(model_dir: Path) -> int | None:
-    """The parameters saved in `model_dir`'s safetensors files, from their headers (the tensors'
-    shapes: no weight read, no torch imported); None when there are none or one cannot be read."""
+    """The parameters in `model_dir`'s safetensors headers; None when there are none or one is unreadable."""
     total, files = 0, sorted(model_dir.glob("*.safetensors"))
     for path in files:
         try:
@@ -129,18 +120,15 @@ def count_parameters(model_dir: Path) -> int | None:
 
 
 def series(records: Iterable[Mapping[str, Any]], key: str) -> list[tuple[int, float]]:
-    """(step, value) of every record with a finite `key`, by step; a step logged twice keeps its last."""
-    points: dict[int, float] = {}
-    for record in records:
-        value = record.get(key)
-        if is_number(value) and math.isfinite(value):  # NaN and infinity arrive as strings
-            points[int(record["step"])] = float(value)
+    """(step, value) of every record with a finite `key` (NaN, inf arrive as strings), by step; a step
+    logged twice keeps its last."""
+    points = {int(r["step"]): float(r[key]) for r in records if is_number(r.get(key)) and math.isfinite(r[key])}
     return sorted(points.items())
 
 
 def thin(points: Sequence[tuple[int, float]], limit: int = MAX_CURVE_POINTS) -> list[tuple[int, float]]:
-    """At most `limit` of `points`: each of limit/2 spans keeps its lowest and highest, so a spike
-    or a dip still shows (every n-th point would miss them); the first and last are kept."""
+    """At most `limit` of `points`: each of limit/2 spans keeps its lowest and highest, so a spike or a
+    dip still shows; the first and last are kept."""
     if len(points) <= limit:
         return list(points)
     span = math.ceil(len(points) / (limit // 2))
@@ -150,10 +138,7 @@ def thin(points: Sequence[tuple[int, float]], limit: int = MAX_CURVE_POINTS) -> 
         low = min(range(len(chunk)), key=lambda i: chunk[i][1])
         high = max(range(len(chunk)), key=lambda i: chunk[i][1])
         kept.extend(chunk[i] for i in sorted({low, high}))
-    if kept[0] != points[0]:
-        kept[0] = points[0]
-    if kept[-1] != points[-1]:
-        kept[-1] = points[-1]
+    kept[0], kept[-1] = points[0], points[-1]
     return kept
 
 
@@ -167,18 +152,11 @@ class Evaluation:
 
 def evaluations(records: Iterable[Mapping[str, Any]]) -> list[Evaluation]:
     """The run's evaluations by step (an evaluation redone at a step keeps the last)."""
-    by_step = {}
-    for record in records:
-        if "eval_loss" in record:
-            by_step[int(record["step"])] = Evaluation(
-                int(record["step"]),
-                *(_finite(record.get(key)) for key in ("eval_loss", "eval_perplexity", "eval_bpb")),
-            )
-    return [by_step[step] for step in sorted(by_step)]
+    by_step = {int(record["step"]): record for record in records if "eval_loss" in record}
+    keys = ("eval_loss", "eval_perplexity", "eval_bpb")
+    return [Evaluation(step, *(_finite(by_step[step].get(key)) for key in keys)) for step in sorted(by_step)]
 
 
 def _finite(value: Any) -> float | None:
     return float(value) if is_number(value) and math.isfinite(value) else None
-
-
 

@@ -1,19 +1,8 @@
-"""Checkpoints that resume trusts only once they are complete, through Trainer's public hooks.
-
-Trainer writes `checkpoint-N` in place, and its own `resume_from_checkpoint=True` takes the highest
-folder, finished or not: a kill during a save leaves a partial folder that it would pick. Here
-Trainer saves as it always does, with its own rotation off (`save_total_limit=None` in
-`TrainingArguments`, so it deletes nothing); then `CompleteCheckpointCallback.on_save`, once every
-process has written its files, flushes them to disk and the main process writes
-`checkpoint-N/checkpoint_complete.json` (every file and its size) atomically. A folder without
-that marker is a save that never finished: resume never loads it. Only after the marker are older
-checkpoints rotated (`training.save_total_limit`, the newest and the best kept), so a kill at any
-instant leaves the previous complete checkpoint whole.
-
-At resume, `find_resume_checkpoint` walks the checkpoints newest first, removes unfinished saves,
-sets aside any complete one that was damaged since, and returns the path to pass to
-`trainer.train(resume_from_checkpoint=path)`. Trainer restores model, optimizer, scheduler,
-grad scaler, RNG states and the data position: the run ends bit-identical to an uninterrupted one.
+"""Checkpoints that resume trusts only once they are complete, through Trainer's public hooks: Trainer
+saves `checkpoint-N` in place (its rotation off); once every process has written, the main one flushes
+the files, writes `checkpoint_complete.json` (each file and its size) and then rotates. Resume
+(`find_resume_checkpoint`) never loads a folder without the marker, so a kill at any instant leaves
+the previous complete checkpoint whole.
 """
 
 from __future__ import annotations
@@ -21,10 +10,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import operator
 import os
 import shutil
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -50,28 +40,29 @@ RESUME_MAY_DIFFER = ("tokenizer.show_progress", "data.show_progress", "data.num_
 
 
 class CompleteCheckpointCallback(TrainerCallback):
-    """Marks each checkpoint complete once Trainer has written it, then rotates older ones.
-
-    `resolved_config` (YAML text) goes into every checkpoint, for `check_resume_compatible`.
-    `save_total_limit`: complete checkpoints kept (None: all); the best one Trainer tracks is kept
-    too. Give Trainer `save_total_limit=None`: it would rotate before this marks.
-    """
+    """Marks each checkpoint complete, writes `resolved_config` into it, then keeps `save_total_limit`
+    complete ones besides the best (give Trainer None: it would rotate first). Register it last."""
 
     def __init__(self, resolved_config: str, save_total_limit: int | None) -> None:
-        self.resolved_config = resolved_config
-        self.save_total_limit = save_total_limit
-        self.best: tuple[float, str] | None = None  # (eval_loss, folder) of the best evaluation with a checkpoint
+        self.resolved_config, self.save_total_limit = resolved_config, save_total_limit
+        self.best: tuple[float, str] | None = None  # (metric, folder) of the best evaluation with a checkpoint
+
+    @staticmethod
+    def _metric(args, state, step: int) -> float | None:
+        """Trainer's `metric_for_best_model` as logged at `step` (None when not evaluated there)."""
+        metric = args.metric_for_best_model or "loss"
+        key = metric if metric.startswith("eval_") else f"eval_{metric}"
+        values = [r[key] for r in state.log_history if r.get("step") == step and key in r]
+        return values[-1] if values else None
 
     def on_train_begin(self, args, state, control, **kwargs) -> None:
         self.best = None
         if state.best_model_checkpoint and os.path.isdir(state.best_model_checkpoint):  # a resume's
-            step = checkpoint_step(state.best_model_checkpoint)
-            losses = [r["eval_loss"] for r in state.log_history if r.get("step") == step and "eval_loss" in r]
-            self.best = (losses[-1], state.best_model_checkpoint) if losses else None
+            value = self._metric(args, state, checkpoint_step(state.best_model_checkpoint))
+            self.best = (value, state.best_model_checkpoint) if value is not None else None
 
     def on_step_end(self, args, state, control, **kwargs) -> None:
-        # A save follows: the folder exists before any process writes into it, so only the main
-        # process creates what the run publishes (register this callback last: the others decide).
+        # The folder of a save exists before any process writes into it (main process only).
         if control.should_save:
             if args.should_save:
                 warn_when_short_of_space(Path(args.output_dir))
@@ -81,22 +72,27 @@ class CompleteCheckpointCallback(TrainerCallback):
     def on_save(self, args, state, control, **kwargs) -> None:
         checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         _wait_for_everyone()  # each process writes its own rng_state_<rank>.pth
-        # The best evaluation that has a checkpoint: what load_best_model_at_end loads (Trainer's own
-        # pointer stays on an older one when its best evaluation had no checkpoint), and rotation keeps.
-        evaluation = [r["eval_loss"] for r in state.log_history if r.get("step") == state.global_step and "eval_loss" in r]
-        if evaluation and (self.best is None or evaluation[-1] < self.best[0]):
-            self.best = (evaluation[-1], str(checkpoint))
+        # The best evaluation that has a checkpoint: what load_best_model_at_end loads and rotation
+        # keeps (Trainer's own pointer stays on an older one when its best evaluation had none).
+        value = self._metric(args, state, state.global_step)
+        better = operator.gt if args.greater_is_better else operator.lt
+        if value is not None and (self.best is None or better(value, self.best[0])):
+            self.best = (value, str(checkpoint))
         if self.best is not None:
             state.best_model_checkpoint = self.best[1]
         if args.should_save:
             (checkpoint / RESOLVED_CONFIG_NAME).write_text(self.resolved_config, encoding="utf-8")
             mark_complete(checkpoint)
             rotate_checkpoints(checkpoint.parent, self.save_total_limit, keep=state.best_model_checkpoint)
-        _wait_for_everyone()  # no process reads or removes a checkpoint the main one is rotating
+        _wait_for_everyone()  # no process reads a checkpoint the main one is rotating
+
+
+def _distributed() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
 def _wait_for_everyone() -> None:
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+    if _distributed():
         dist.barrier()
 
 
@@ -104,16 +100,10 @@ def mark_complete(checkpoint: Path) -> None:
     """Flush every file of `checkpoint` to disk, then write its marker (itself atomically)."""
     sizes = {}
     for root, dirs, files in os.walk(checkpoint):
-        dirs.sort()  # the marker lists files in one order, whatever the filesystem's
-        for name in sorted(files):
+        dirs.sort()  # one order, whatever the filesystem's
+        for name in sorted(set(files) - {COMPLETE_MARKER}):
             path = Path(root, name)
-            if name == COMPLETE_MARKER:
-                continue
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_dir(path)  # opens and fsyncs a file as it does a folder
             sizes[str(path.relative_to(checkpoint))] = path.stat().st_size
         fsync_dir(root)
     with atomic_write_file(checkpoint / COMPLETE_MARKER) as handle:
@@ -127,17 +117,15 @@ def is_complete(checkpoint: Path) -> bool:
 
 def rotate_checkpoints(output_dir: Path, limit: int | None, keep: str | None = None) -> None:
     """Delete complete checkpoints beyond the newest `limit` (never `keep`), and unfinished saves
-    older than the newest complete one (nothing can resume from them)."""
+    older than the newest complete one."""
     checkpoints = list_checkpoints(output_dir)  # newest first
     complete = [c for c in checkpoints if is_complete(c)]
     if not complete:
         return
-    newest = checkpoint_step(complete[0])
-    kept = set(complete[:limit] if limit is not None else complete)
-    if keep is not None:
-        kept |= {c for c in complete if os.path.abspath(c) == os.path.abspath(keep)}
+    kept = set(complete[:limit])
+    kept |= {c for c in complete if keep is not None and os.path.abspath(c) == os.path.abspath(keep)}
     for checkpoint in checkpoints:
-        unfinished = not is_complete(checkpoint) and checkpoint_step(checkpoint) < newest
+        unfinished = checkpoint not in complete and checkpoint_step(checkpoint) < checkpoint_step(complete[0])
         if unfinished or (checkpoint in complete and checkpoint not in kept):
             shutil.rmtree(checkpoint, ignore_errors=True)
 
@@ -157,46 +145,34 @@ def newest_complete(output_dir: Path) -> Path | None:
 def warn_when_short_of_space(output_dir: Path) -> None:
     """A line before a save when the disk has less free space than the last checkpoint took."""
     last = newest_complete(output_dir)
-    needed = checkpoint_bytes(last) if last is not None else 0
-    free = shutil.disk_usage(output_dir).free
+    needed, free = checkpoint_bytes(last) if last is not None else 0, shutil.disk_usage(output_dir).free
     if free < needed:
-        _warn(
-            f"{_mb(free)} free in {output_dir}, less than {last.name} took ({_mb(needed)}): "
-            "the next checkpoint may not fit"
-        )
+        _warn(f"{_mb(free)} free in {output_dir}, less than {last.name} took ({_mb(needed)}): the next checkpoint may not fit")
 
 
 class DiskFullError(MiniGPTUserError):
-    """The run's folder ran out of space: one line saying what it needed and how to go on."""
-
-
-def is_disk_full(err: BaseException) -> bool:
-    """ENOSPC, or torch's archive writer failing on it ("unexpected pos": it reports no errno)."""
-    if isinstance(err, OSError):
-        return err.errno in (errno.ENOSPC, errno.EDQUOT)
-    return isinstance(err, RuntimeError) and "unexpected pos" in str(err)
+    """The run's folder ran out of space."""
 
 
 @contextlib.contextmanager
 def full_disk_is_one_line(output_dir: str | os.PathLike, resume_command: str | None) -> Iterator[None]:
-    """Turn a full disk during the run (a checkpoint, the final model, a log line) into a
-    `DiskFullError`: the unfinished checkpoint removed (its space back), the space a checkpoint
-    needs, the last complete one and the command that resumes from it, in one line."""
+    """Turn a full disk during the run into a one-line `DiskFullError`: the unfinished checkpoint
+    removed, the space a checkpoint needs, the last complete one and the command that resumes."""
     try:
         yield
     except (OSError, RuntimeError) as err:
-        if not is_disk_full(err) or not is_main_process():
+        # ENOSPC, or torch's archive writer failing on it ("unexpected pos": it reports no errno)
+        full = err.errno in (errno.ENOSPC, errno.EDQUOT) if isinstance(err, OSError) else "unexpected pos" in str(err)
+        if not full or not is_main_process():
             raise
         output_dir = Path(output_dir)
-        removed = []
-        for checkpoint in list_checkpoints(output_dir):
-            if not is_complete(checkpoint):
-                shutil.rmtree(checkpoint, ignore_errors=True)
-                removed.append(checkpoint.name)
+        removed = [checkpoint for checkpoint in list_checkpoints(output_dir) if not is_complete(checkpoint)]
+        for checkpoint in removed:
+            shutil.rmtree(checkpoint, ignore_errors=True)
         last = newest_complete(output_dir)
         kept = f"the last complete checkpoint is {last.name}" if last else "no complete checkpoint was written yet"
         needed = f"a checkpoint takes {_mb(checkpoint_bytes(last))}; " if last else ""
-        unfinished = f"removed the unfinished {', '.join(removed)}; " if removed else ""
+        unfinished = f"removed the unfinished {', '.join(c.name for c in removed)}; " if removed else ""
         raise DiskFullError(
             f"no space left on device in {output_dir} ({needed}{_mb(shutil.disk_usage(output_dir).free)} free): "
             f"{unfinished}{kept}; free some space, then resume with: {resume_command or '--resume'}"
@@ -208,12 +184,8 @@ def _mb(n_bytes: int) -> str:
 
 
 def checkpoint_problems(checkpoint_dir: str | os.PathLike) -> list[str]:
-    """What makes a checkpoint unusable for an exact resume; an empty list when it is complete.
-
-    The marker must be there (else the save never finished) and every file it lists, whatever the
-    layout (Trainer's, FSDP's, DeepSpeed's), must still have the size it had when it was marked:
-    Trainer resumes silently and inexactly without its optimizer, scheduler or RNG files.
-    """
+    """What makes a checkpoint unusable for an exact resume ([] when complete): its marker, and every
+    file it lists at the size it had (Trainer resumes silently and inexactly without some)."""
     folder = Path(checkpoint_dir)
     try:
         sizes = dict(json.loads((folder / COMPLETE_MARKER).read_text())["files"])
@@ -235,8 +207,7 @@ def checkpoint_problems(checkpoint_dir: str | os.PathLike) -> list[str]:
 
 def set_aside(checkpoint_dir: Path) -> Path:
     """Rename a bad checkpoint to `corrupt-checkpoint-N[-k]`, out of reach of resume and rotation."""
-    target = checkpoint_dir.with_name(f"{SET_ASIDE_PREFIX}{checkpoint_dir.name}")
-    suffix = 1
+    target, suffix = checkpoint_dir.with_name(f"{SET_ASIDE_PREFIX}{checkpoint_dir.name}"), 1
     while target.exists():
         suffix += 1
         target = checkpoint_dir.with_name(f"{SET_ASIDE_PREFIX}{checkpoint_dir.name}-{suffix}")
@@ -253,28 +224,14 @@ def _info(message: str) -> None:
     print(message, flush=True)
 
 
-def find_resume_checkpoint(
-    output_dir: str | os.PathLike,
-    *,
-    info: Callable[[str], None] = _info,
-    warn: Callable[[str], None] = _warn,
-) -> str | None:
-    """The newest complete checkpoint in `output_dir`, to pass to `train(resume_from_checkpoint=...)`.
-
-    Walks `checkpoint-N` newest first. A folder without its marker is a save that never finished:
-    removed, with a line saying so. A marked one with problems (damaged since) is renamed to
-    `corrupt-checkpoint-N` with a warning saying why. The walk goes on to the next; None, after
-    saying that training starts from scratch, when no complete checkpoint is left. With several
-    processes the main process decides (and removes) and the others receive its answer, so all
-    resume from the same step.
-    """
-    distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+def find_resume_checkpoint(output_dir: str | os.PathLike, *, info: Callable[[str], None] = _info) -> str | None:
+    """The newest complete checkpoint in `output_dir` (None: none left), unfinished saves removed and
+    damaged ones set aside, each said in a line; the main process decides for all."""
+    distributed = _distributed()
     if distributed and not is_main_process():
         answer: list[str | None] = [None]
         dist.broadcast_object_list(answer, src=0)
         return answer[0]
-
-    output_dir = Path(output_dir)
     found = None
     for checkpoint in list_checkpoints(output_dir):
         if not is_complete(checkpoint):
@@ -286,37 +243,18 @@ def find_resume_checkpoint(
             found = str(checkpoint)
             break
         moved_to = set_aside(checkpoint)
-        warn(
-            f"{checkpoint.name} is incomplete or corrupt ({'; '.join(problems)}): "
-            f"moved it to {moved_to.name}, trying an older checkpoint"
-        )
-    if found is None:
-        info(f"no complete checkpoint in {output_dir}: starting training from scratch")
-    else:
-        info(f"resuming from {found}")
+        _warn(f"{checkpoint.name} is incomplete or corrupt ({'; '.join(problems)}): "
+              f"moved it to {moved_to.name}, trying an older checkpoint")
+    info(f"resuming from {found}" if found else f"no complete checkpoint in {Path(output_dir)}: starting training from scratch")
     if distributed:
         dist.broadcast_object_list([found], src=0)
     return found
 
 
-# ---- Resume compatibility ---------------------------------------------------------------------
-
-
-def check_resume_compatible(
-    run_config: Mapping[str, Any],
-    checkpoint_dir: str | os.PathLike,
-    sections: Sequence[str] = COMPARED_SECTIONS,
-    ignore: Sequence[str] = RESUME_MAY_DIFFER,
-) -> None:
-    """Raise `ConfigError` when the run config's model/tokenizer/data settings differ from the checkpoint's.
-
-    Compares the given sections of `run_config` with the checkpoint's `resolved_config.yaml`, key
-    by dotted key (`ignore` lists dotted keys allowed to differ, by default worker counts, caches
-    and progress bars). Training
-    settings may change on resume (more steps, another logging interval); these may not, because
-    the weights, vocabulary and data position in the checkpoint would no longer mean the same.
-    A checkpoint without `resolved_config.yaml` (written by plain Trainer) is not checked.
-    """
+def check_resume_compatible(run_config: Mapping[str, Any], checkpoint_dir: str | os.PathLike) -> None:
+    """`ConfigError` when the model, tokenizer or data settings (COMPARED_SECTIONS, but for
+    RESUME_MAY_DIFFER) differ from the checkpoint's resolved_config.yaml: its weights, vocabulary and
+    data position would no longer mean the same. A checkpoint without one (plain Trainer's) passes."""
     saved_file = Path(checkpoint_dir) / RESOLVED_CONFIG_NAME
     if not saved_file.exists():
         return
@@ -324,39 +262,24 @@ def check_resume_compatible(
         saved = yaml.safe_load(saved_file.read_text()) or {}
     except yaml.YAMLError as err:
         raise ConfigError(f"{saved_file} is not valid YAML: {err}") from err
-    current = {key: value for key, value in _flatten(run_config).items() if key.split(".")[0] in sections}
-    previous = {
-        key: value
-        for key, value in _flatten(saved).items()
-        if key.split(".")[0] in sections
-    }
-    ignored = set(ignore)
+    current, previous = _flatten(run_config), _flatten(saved)
     differences = [
         f"{key} is {current.get(key, '<unset>')!r} here but {previous.get(key, '<unset>')!r} in the checkpoint"
         for key in sorted(current.keys() | previous.keys())
-        if key not in ignored and current.get(key) != previous.get(key)
+        if key.split(".")[0] in COMPARED_SECTIONS and key not in RESUME_MAY_DIFFER and current.get(key) != previous.get(key)
     ]
     if differences:
-        shown = "; ".join(differences[:3]) + (
-            f"; and {len(differences) - 3} more" if len(differences) > 3 else ""
-        )
-        raise ConfigError(
-            f"cannot resume from {Path(checkpoint_dir).name}: {shown}. "
-            "Use the checkpoint's settings or a new output_dir"
-        )
+        more = f"; and {len(differences) - 3} more" if len(differences) > 3 else ""
+        raise ConfigError(f"cannot resume from {Path(checkpoint_dir).name}: {'; '.join(differences[:3])}{more}. "
+                          "Use the checkpoint's settings or a new output_dir")
 
 
 def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """{"model": {"hidden_size": 64}} -> {"model.hidden_size": 64}; lists become tuples."""
     flat: dict[str, Any] = {}
     for key, value in config.items():
-        dotted = f"{prefix}{key}"
         if isinstance(value, Mapping):
-            flat.update(_flatten(value, f"{dotted}."))
-        elif isinstance(value, list | tuple):
-            flat[dotted] = tuple(value)
-        elif isinstance(value, os.PathLike):
-            flat[dotted] = os.fspath(value)
+            flat.update(_flatten(value, f"{prefix}{key}."))
         else:
-            flat[dotted] = value
+            flat[f"{prefix}{key}"] = tuple(value) if isinstance(value, list | tuple) else value
     return flat

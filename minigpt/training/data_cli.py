@@ -1,8 +1,6 @@
-"""Command-line options shared by scripts/train_tokenizer.py and scripts/prepare_data.py.
-
-Settings come from a run config (default configs/shakespeare.yaml, as for scripts/train.py),
-then `section.key=value` overrides, then the direct flags, so the scripts also work without
-writing any YAML: `prepare_data.py --data my.txt --block-size 128 --vocab-size 2048`.
+"""Command-line options shared by scripts/train_tokenizer.py and scripts/prepare_data.py: a run config
+(default configs/shakespeare.yaml), then `section.key=value` overrides, then the direct flags
+(`prepare_data.py --data my.txt --block-size 128 --vocab-size 2048`).
 """
 
 from __future__ import annotations
@@ -15,33 +13,21 @@ from .settings import RunConfig
 
 DEFAULT_CONFIG = REPO_CONFIG_DIR / "shakespeare.yaml"
 
-# flag -> (dotted key, type): scalar flags become overrides, typed and checked by the config schema
+# flag -> dotted key: scalar flags become overrides, typed and checked by the config schema
 SCALAR_FLAGS = {
-    "vocab_size": ("tokenizer.vocab_size", int),
-    "min_frequency": ("tokenizer.min_frequency", int),
-    "out": ("tokenizer.path", str),
-    "tokenizer": ("tokenizer.path", str),
-    "block_size": ("data.block_size", int),
-    "format": ("data.format", str),
-    "text_field": ("data.text_field", str),
-    "validation_fraction": ("data.validation_fraction", float),
-    "num_proc": ("data.num_proc", int),
-    "cache_dir": ("data.cache_dir", str),
+    "vocab_size": "tokenizer.vocab_size", "min_frequency": "tokenizer.min_frequency", "out": "tokenizer.path",
+    "tokenizer": "tokenizer.path", "block_size": "data.block_size", "format": "data.format",
+    "text_field": "data.text_field", "validation_fraction": "data.validation_fraction",
+    "num_proc": "data.num_proc", "cache_dir": "data.cache_dir",
 }
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     """CONFIG, overrides and the data flags both scripts take."""
-    parser.add_argument(
-        "items",
-        nargs="*",
-        metavar="[CONFIG] [section.key=value ...]",
-        help="run config YAML (default configs/shakespeare.yaml), then overrides",
-    )
+    parser.add_argument("items", nargs="*", metavar="[CONFIG] [section.key=value ...]",
+                        help="run config YAML (default configs/shakespeare.yaml), then overrides")
     parser.add_argument("--data", nargs="+", metavar="PATH", help="training text: files, folders or globs")
-    parser.add_argument(
-        "--validation", nargs="+", metavar="PATH", help="validation text (default: split off --data)"
-    )
+    parser.add_argument("--validation", nargs="+", metavar="PATH", help="validation text (default: split off --data)")
     parser.add_argument("--format", help="text, json, parquet or arrow (default: from the file names)")
     parser.add_argument("--text-field", help="field holding the text in json/parquet/arrow data")
     parser.add_argument("--validation-fraction", type=float, help="share of the text held out (default 0.1)")
@@ -56,7 +42,7 @@ def load_settings(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     if len(configs) > 1:
         parser.error(f"one config file at most, got {', '.join(configs)}")
     overrides = [item for item in args.items if "=" in item]
-    for name, (dotted, _) in SCALAR_FLAGS.items():
+    for name, dotted in SCALAR_FLAGS.items():
         value = getattr(args, name, None)
         if value is not None:
             overrides.append(f"{dotted}={value}")

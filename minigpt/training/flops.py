@@ -1,17 +1,11 @@
-"""FLOPs: what a training token costs, what the device can do (the peak MFU divides by), and the
-throughput of the steps between two log lines.
-
-A token costs 6N + 12 L C T FLOPs (PaLM, Chowdhery et al. 2022, App. B): Trainer's `total_flos`
-(6N) leaves out attention, which matters at small widths and long contexts. MFU (model FLOPs
-utilisation) is the FLOP/s reached over the device's peak: the datasheet's dense peak at the training
-precision for known GPUs (`DATASHEET_PEAKS`); for CPUs and other GPUs, the best rate of a square
-matmul at that precision, measured once per machine, threads, dtype and torch version in about
-`MEASURE_SECONDS` and cached in `~/.cache/minigpt/peak_flops.json` when other work left the cores
-alone meanwhile (`cpu_load`).
+"""FLOPs of a training token (6N + 12 L C T, PaLM App. B; Trainer's `total_flos` leaves out attention),
+the device's peak MFU divides by (a known GPU's datasheet figure, else a square matmul's best rate,
+cached when the cores were quiet), and the throughput of the steps between two log lines.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import platform
 import re
@@ -27,16 +21,16 @@ from transformers import TrainerCallback
 from ..atomic import atomic_write_file
 from ..cache_dir import user_cache_dir
 from ..cpu_load import is_busy, others_busy_cores, read_cpu_times
+from .hardware import cpuinfo
 
 PEAK_FLOPS_FILE = "peak_flops.json"
 MEASURE_SECONDS = 1.0  # time a measurement may take, warm-ups included (about 1.5x at worst)
 START_SIZE = 256  # the first matrix side tried; it doubles while a multiply takes under 1/20 of the time
-MAX_SIZE = {"cpu": 2048, "cuda": 8192}  # reach the peak (on an AMX Xeon 2048 beat 4096), fit anywhere
+MAX_SIZE = {"cpu": 2048, "cuda": 8192}  # large enough to reach the peak, small enough to fit anywhere
 
-# Dense (no structured sparsity) peak FLOP/s by precision, from each vendor's datasheet; "tf32" is an
-# fp32 run with TensorFloat-32 matmuls. Matched in order against torch's device name: specific first.
+# (pattern of torch's device name, datasheet name, dense peak FLOP/s by precision), specific first;
+# "tf32" is fp32 with TensorFloat-32 matmuls.
 DATASHEET_PEAKS: list[tuple[str, str, dict[str, float]]] = [
-    # (pattern, datasheet name, {precision: FLOP/s})
     (r"H200 NVL", "NVIDIA H200 NVL", {"bf16": 835e12, "fp16": 835e12, "tf32": 418e12, "fp32": 60e12}),
     (r"H200", "NVIDIA H200 SXM", {"bf16": 989e12, "fp16": 989e12, "tf32": 494e12, "fp32": 67e12}),
     (r"H100 NVL", "NVIDIA H100 NVL", {"bf16": 835e12, "fp16": 835e12, "tf32": 418e12, "fp32": 60e12}),
@@ -63,13 +57,13 @@ class PeakFlops:
 
     flops: float
     source: str  # e.g. "datasheet: NVIDIA H100 SXM, bf16 dense", "measured: ...", "hardware.peak_flops"
-    trusted: bool  # a datasheet figure, a given number, or measured on quiet cores: MFU is absolute
-    measured: bool = False  # a matmul measured on this machine (now or cached), not a given figure
+    trusted: bool  # a datasheet figure, a given number, or measured on quiet cores
+    measured: bool = False  # a matmul measured on this machine (now or cached)
 
 
 @dataclass(frozen=True)
 class PeakMeasurement:
-    """A measured matmul rate, and whether the cores were ours while it was measured."""
+    """A measured matmul rate, and how busy other processes kept the cores meanwhile."""
 
     flops: float
     size: int  # side of the square matrices of the best run
@@ -84,11 +78,7 @@ class PeakMeasurement:
 
 def precision_name(dtype: torch.dtype, tf32: bool = False) -> str:
     """"bf16", "fp16", "tf32" (fp32 with TensorFloat-32 matmuls) or "fp32"."""
-    if dtype == torch.bfloat16:
-        return "bf16"
-    if dtype == torch.float16:
-        return "fp16"
-    return "tf32" if tf32 else "fp32"
+    return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "tf32" if tf32 else "fp32")
 
 
 def datasheet_peak(device_name: str, precision: str) -> tuple[str, float] | None:
@@ -103,16 +93,10 @@ def _matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return a @ b
 
 
-def measure_matmul_peak(
-    device: torch.device, dtype: torch.dtype, seconds: float = MEASURE_SECONDS
-) -> PeakMeasurement:
-    """Best FLOP/s of a square matmul at `dtype`, in about `seconds`.
-
-    The side starts at START_SIZE and doubles while one multiply takes under 1/20 of the time (a
-    doubled side costs 8x), up to MAX_SIZE; the rest of the time repeats the largest size, and the
-    best run counts (on a shared machine other work only ever makes a run slower). Other processes'
-    CPU time over the whole measurement says whether the rate is the machine's (`quiet`).
-    """
+def measure_matmul_peak(device: torch.device, dtype: torch.dtype, seconds: float = MEASURE_SECONDS) -> PeakMeasurement:
+    """Best FLOP/s of a square matmul at `dtype` in about `seconds`: the side doubles from START_SIZE
+    while a multiply takes under 1/20 of the time, then the largest repeats; the best run counts
+    (other work only ever slows a run down)."""
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     max_size = MAX_SIZE.get(device.type, MAX_SIZE["cpu"])
     started, load_start = time.perf_counter(), read_cpu_times()
@@ -123,40 +107,28 @@ def measure_matmul_peak(
         sync()
         return time.perf_counter() - start
 
-    def spent() -> float:
-        return time.perf_counter() - started
-
     size, best = START_SIZE, (0.0, START_SIZE)  # (FLOP/s, side) of the best run
     while True:
         a = torch.randn(size, size, device=device).to(dtype)  # (size, size)
         b = torch.randn(size, size, device=device).to(dtype)
         elapsed = timed(a, b)  # the first run at a size also warms up (thread pool, kernel choice)
         best = max(best, (2 * size**3 / elapsed, size))  # a multiply and an add per term
-        # A doubled side costs 8x: grow while its first run and one more still fit, from short runs only.
-        if size * 2 > max_size or elapsed >= seconds / 20 or spent() + 16 * elapsed >= seconds:
+        # A doubled side costs 8x: grow while its first run and one more still fit.
+        if size * 2 > max_size or elapsed >= seconds / 20 or time.perf_counter() - started + 16 * elapsed >= seconds:
             break
         size *= 2
-    while spent() + elapsed <= seconds:  # the rest of the time at the largest size; the best run counts
+    while time.perf_counter() - started + elapsed <= seconds:
         elapsed = timed(a, b)
         best = max(best, (2 * size**3 / elapsed, size))
-    best_rate, best_size = best
     others = others_busy_cores(load_start, read_cpu_times()) if device.type == "cpu" else 0.0
-    return PeakMeasurement(best_rate, best_size, time.perf_counter() - started, others)
+    return PeakMeasurement(*best, time.perf_counter() - started, others)
 
 
 def resolve_peak_flops(
-    setting: float | str,
-    device: torch.device,
-    dtype: torch.dtype,
-    tf32: bool = False,
-    cache_file: Path | None = None,
+    setting: float | str, device: torch.device, dtype: torch.dtype, tf32: bool = False, cache_file: Path | None = None
 ) -> PeakFlops:
-    """`hardware.peak_flops` as a number and its source.
-
-    A number is used as given. "auto": a GPU in DATASHEET_PEAKS gets its datasheet figure at the
-    training precision; anything else the cached measurement for this machine, threads and dtype,
-    or a new one (`measure_matmul_peak`, cached only when measured on quiet cores).
-    """
+    """`hardware.peak_flops` as a number and its source. "auto": a known GPU's datasheet figure, else the
+    cached measurement for this machine, threads and dtype, or a new one (cached when the cores were quiet)."""
     if setting != "auto":
         return PeakFlops(float(setting), "hardware.peak_flops", trusted=True)
     precision = precision_name(dtype, tf32)
@@ -164,36 +136,28 @@ def resolve_peak_flops(
         known = datasheet_peak(device_name(device), precision)
         if known is not None:
             return PeakFlops(known[1], f"datasheet: {known[0]}, {precision} dense", trusted=True)
-    cache_file = cache_file or user_cache_dir() / PEAK_FLOPS_FILE
-    entry = _read_cache(cache_file).get(peak_flops_key(device, dtype))
-    if _valid(entry):
+    cache_file, key = cache_file or user_cache_dir() / PEAK_FLOPS_FILE, peak_flops_key(device, dtype)
+    entry = _read_cache(cache_file).get(key)
+    if isinstance(entry, dict) and isinstance(entry.get("flops"), int | float) and entry["flops"] > 0:
         how = entry.get("how", "measured")
         return PeakFlops(float(entry["flops"]), f"{how}, cached in {cache_file}", trusted=True, measured=True)
     measured = measure_matmul_peak(device, dtype)
     how = f"{precision} {measured.size}x{measured.size} matmul, {_threads(device)}, {measured.seconds:.1f} s"
     if measured.quiet:
-        store_peak_flops(device, dtype, measured.flops, cache_file, how=f"measured: {how}")
+        cached = _read_cache(cache_file)  # again: another process may have written meanwhile
+        cached[key] = {"flops": measured.flops, "measured": time.strftime("%Y-%m-%d %H:%M:%S"), "how": f"measured: {how}"}
+        with contextlib.suppress(OSError), atomic_write_file(cache_file, encoding="utf-8") as handle:
+            json.dump(cached, handle, indent=2)  # a read-only home only loses the cache
         return PeakFlops(measured.flops, f"measured: {how}; cached in {cache_file}", trusted=True, measured=True)
-    return PeakFlops(
-        measured.flops,
-        f"measured: {how}, while other processes used {measured.others_cores:.1f} core(s): not cached",
-        trusted=False,
-        measured=True,
-    )
+    busy = f"measured: {how}, while other processes used {measured.others_cores:.1f} core(s): not cached"
+    return PeakFlops(measured.flops, busy, trusted=False, measured=True)
 
 
 def device_name(device: torch.device) -> str:
     """A name that identifies the hardware behind `device` (CPU model or GPU name)."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def _threads(device: torch.device) -> str:
@@ -202,38 +166,7 @@ def _threads(device: torch.device) -> str:
 
 def peak_flops_key(device: torch.device, dtype: torch.dtype) -> str:
     """Cache key: what the measured rate depends on (hardware, threads on CPU, dtype, torch)."""
-    return (
-        f"{device_name(device)} | {_threads(device)} | {str(dtype).removeprefix('torch.')} | "
-        f"torch {torch.__version__}"
-    )
-
-
-def peak_is_cached(device: torch.device, dtype: torch.dtype, cache_file: Path | None = None) -> bool:
-    """True when the cache holds a peak for `device` at `dtype` (measured on quiet cores, or
-    raised to a rate training reached): a figure good enough to judge a run's speed by."""
-    return _valid(_read_cache(cache_file or user_cache_dir() / PEAK_FLOPS_FILE).get(peak_flops_key(device, dtype)))
-
-
-def store_peak_flops(
-    device: torch.device, dtype: torch.dtype, flops: float, cache_file: Path | None = None, how: str = ""
-) -> None:
-    """Cache `flops` as the peak of `device` at `dtype` (a read-only home only loses the cache)."""
-    cache_file = cache_file or user_cache_dir() / PEAK_FLOPS_FILE
-    cached = _read_cache(cache_file)
-    cached[peak_flops_key(device, dtype)] = {
-        "flops": flops,
-        "measured": time.strftime("%Y-%m-%d %H:%M:%S"),
-        **({"how": how} if how else {}),
-    }
-    try:
-        with atomic_write_file(cache_file, encoding="utf-8") as handle:
-            json.dump(cached, handle, indent=2)
-    except OSError:
-        pass  # a read-only home: measure again next time
-
-
-def _valid(entry: object) -> bool:
-    return isinstance(entry, dict) and isinstance(entry.get("flops"), int | float) and entry["flops"] > 0
+    return f"{device_name(device)} | {_threads(device)} | {str(dtype).removeprefix('torch.')} | torch {torch.__version__}"
 
 
 def _read_cache(cache_file: Path) -> dict:
@@ -244,54 +177,41 @@ def _read_cache(cache_file: Path) -> dict:
     return cached if isinstance(cached, dict) else {}
 
 
-
 def matmul_parameter_count(model: nn.Module, config: Any) -> int:
-    """Parameters that take part in a matmul per token: all but the embedding lookups, plus the head.
-
-    Token and position embeddings are table lookups (no FLOPs); the output head is a
-    (hidden x vocab) matmul even when it shares its weight with the token embedding.
-    """
+    """Parameters that take part in a matmul per token: all but the embedding lookups (no FLOPs), plus
+    the (hidden x vocab) head, tied to the token embedding or not."""
     embedding_params = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Embedding))
     total = sum(p.numel() for p in model.parameters())  # tied weights counted once
     return total - embedding_params + config.vocab_size * config.hidden_size
 
 
 def flops_per_token(model: nn.Module, config: Any, seq_len: int) -> float:
-    """Training FLOPs per token (forward + backward): 6N + 12 L C T (PaLM, Chowdhery et al. 2022, App. B).
-
-    6N: two FLOPs per multiply-add, forward once and backward twice over N matmul parameters.
-    12 L C T: attention scores (QK^T) and the weighted sum (AV), each 2 C T per token and layer
-    forward, times 3 for forward + backward, over the full T x T matrix as kernels compute it.
-    """
-    n = matmul_parameter_count(model, config)
+    """Training FLOPs per token: 6N (a multiply-add is 2 FLOPs; forward once, backward twice) plus
+    12 L C T (QK^T and AV, 2 C T each per layer forward, x3, over the full T x T matrix)."""
     attention = 12 * config.num_hidden_layers * config.hidden_size * seq_len
-    return 6.0 * n + attention
+    return 6.0 * matmul_parameter_count(model, config) + attention
 
 
-class ThroughputMeter:
-    """Tokens/s and MFU over the optimizer steps between two log lines.
-
-    Only time inside optimizer steps counts (start_step/end_step), so evaluation, sampling and
-    checkpointing between steps do not make training look slower than it is.
-    """
+class ThroughputMeter(TrainerCallback):
+    """Tokens/s and MFU over the optimizer steps between two log lines: only time inside steps counts,
+    not evaluation, sampling or checkpointing between them (register it before other callbacks)."""
 
     def __init__(
         self, samples_per_step: int, block_size: int, flops_per_token: float, peak_flops: float, num_devices: int
     ) -> None:
         self.samples_per_step = samples_per_step  # blocks per optimizer step, across all processes
         self.tokens_per_step = samples_per_step * block_size
-        self.flops_per_token = flops_per_token
-        self.peak_flops = peak_flops  # of one device
-        self.num_devices = num_devices
+        self.flops_per_token, self.peak_flops, self.num_devices = flops_per_token, peak_flops, num_devices  # peak: one device's
         self.step_started: float | None = None
-        self.window_seconds = 0.0
-        self.window_steps = 0
-        self.steps_timed = 0  # optimizer steps of this process's session (a resumed run counts from its resume)
+        self.window_seconds, self.window_steps = 0.0, 0
+        self.steps_timed = 0  # optimizer steps of this session (a resumed run counts from its resume)
 
-    def start_step(self) -> None:
+    def on_step_begin(self, args, state, control, **kwargs) -> None:
         self.step_started = time.perf_counter()
 
-    def end_step(self) -> None:
+    def on_step_end(self, args, state, control, **kwargs) -> None:
+        if args.device.type == "cuda":
+            torch.cuda.synchronize(args.device)  # kernels are asynchronous: time them, not their launch
         if self.step_started is not None:
             self.window_seconds += time.perf_counter() - self.step_started
             self.window_steps += 1
@@ -308,29 +228,14 @@ class ThroughputMeter:
         return {"tokens_per_second": tokens_per_second, "mfu": achieved / self.peak_flops}
 
     def session_rates(self, runtime: float) -> dict[str, float]:
-        """Steps, samples and tokens per second of the steps trained in `runtime` seconds. Trainer's own
-        `train_*_per_second` count `max_steps`, which a run stopped early (max_time, Ctrl-C) or resumed
-        never trained."""
+        """Steps, samples and tokens per second of the steps trained in `runtime` seconds (Trainer's
+        own count max_steps, which a stopped or resumed run never trained)."""
+        steps = self.steps_timed
         if runtime <= 0:
             return {}
-        steps = self.steps_timed
         return {
             "train_steps_per_second": steps / runtime,
             "train_samples_per_second": steps * self.samples_per_step / runtime,
             "train_tokens_per_second": steps * self.tokens_per_step / runtime,
         }
 
-
-class StepTimerCallback(TrainerCallback):
-    """Times each optimizer step for the throughput meter (register it before other callbacks)."""
-
-    def __init__(self, meter: ThroughputMeter) -> None:
-        self.meter = meter
-
-    def on_step_begin(self, args, state, control, **kwargs) -> None:
-        self.meter.start_step()
-
-    def on_step_end(self, args, state, control, **kwargs) -> None:
-        if args.device.type == "cuda":
-            torch.cuda.synchronize(args.device)  # kernels are asynchronous: time them, not their launch
-        self.meter.end_step()

@@ -1,10 +1,5 @@
-"""The machine side of a run: `auto` settings decided for this machine, and the CPU settings a run
-changes in its process (the thread count, given back when it ends).
-
-`hardware.bf16: auto` turns bf16 autocast on where matmuls run faster in it: GPUs with bf16, and
-CPUs with bf16 matmul instructions, AMX-BF16 (Intel Sapphire Rapids and later) or AVX512-BF16 (AMD
-Zen 4, Intel Cooper Lake): a 1024x128x512 matmul ran 2.5x faster in bf16 on a Zen 4 EPYC. Without
-them (AVX2-only CPUs such as Zen 3) bf16 is converted to fp32 and back, slower than fp32 alone.
+"""The machine side of a run: `auto` settings decided for this machine (bf16 where matmuls are faster in
+it: GPUs with bf16, CPUs with AMX-BF16 or AVX512-BF16), and the CPU settings a run changes.
 """
 
 from __future__ import annotations
@@ -27,12 +22,8 @@ def on_cpu(hardware: HardwareSettings) -> bool:
 
 
 def resolve_hardware(hardware: HardwareSettings) -> HardwareSettings:
-    """The hardware section with its `auto` values decided for this machine.
-
-    bf16: on where matmuls are faster in it (see the module doc), never with fp16. Attention: plain
-    matmul attention ("eager") for bf16 on a CPU, where torch's sdpa kernel is 3x slower than in
-    fp32; sdpa everywhere else.
-    """
+    """The hardware section with its `auto` values decided for this machine: bf16 where it is fast
+    (never with fp16); "eager" attention for bf16 on a CPU (torch's sdpa is slower there), else sdpa."""
     cpu = on_cpu(hardware)
     bf16 = hardware.bf16
     if bf16 == "auto":
@@ -43,16 +34,18 @@ def resolve_hardware(hardware: HardwareSettings) -> HardwareSettings:
     return dataclasses.replace(hardware, bf16=bf16, attn_implementation=attention)
 
 
-def cpu_flags() -> set[str]:
-    """The CPU's feature flags as Linux lists them in /proc/cpuinfo (empty elsewhere)."""
+def cpuinfo(field: str) -> str | None:
+    """The first `field` of Linux's /proc/cpuinfo (None elsewhere)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
+            return next((line.split(":", 1)[1].strip() for line in handle if line.startswith(field)), None)
     except OSError:
-        pass
-    return set()
+        return None
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (empty without /proc/cpuinfo)."""
+    return set((cpuinfo("flags") or "").split())
 
 
 def cpu_has_fast_bf16() -> bool:
@@ -72,18 +65,14 @@ def training_dtype(hardware: HardwareSettings) -> torch.dtype:
 
 def tf32_matmuls(hardware: HardwareSettings) -> bool:
     """True when fp32 matmuls run as TensorFloat-32 (a GPU setting): MFU's peak is then tf32's."""
-    if on_cpu(hardware):
-        return False
-    if hardware.tf32 is not None:
-        return hardware.tf32
-    return torch.backends.cuda.matmul.allow_tf32
+    tf32 = hardware.tf32 if hardware.tf32 is not None else torch.backends.cuda.matmul.allow_tf32
+    return not on_cpu(hardware) and tf32
 
 
 @contextmanager
 def cpu_run_settings(hardware: HardwareSettings) -> Iterator[None]:
-    """The run's thread count (`torch_num_threads`; None: torch's own, a thread per core), given back
-    as it was when the run ends. glibc's allocator setting (`keep_freed_memory`) cannot be undone,
-    so it is not made here but where a process starts (scripts/train.py)."""
+    """The run's thread count (`torch_num_threads`), given back when the run ends. glibc's allocator
+    setting (`keep_freed_memory`) cannot be undone: it is made where a process starts."""
     threads_before = torch.get_num_threads()
     if hardware.torch_num_threads is not None:
         torch.set_num_threads(hardware.torch_num_threads)
@@ -94,8 +83,8 @@ def cpu_run_settings(hardware: HardwareSettings) -> Iterator[None]:
 
 
 def apply_process_settings(hardware: HardwareSettings) -> None:
-    """The run's CPU settings for the rest of a process that does one job and exits (a benchmark
-    worker): glibc keeps freed memory (`keep_freed_memory`), the thread count."""
+    """The run's CPU settings (`keep_freed_memory`, the thread count) for the rest of a process that
+    does one job and exits (a benchmark worker)."""
     if hardware.keep_freed_memory:
         keep_freed_memory()
     if hardware.torch_num_threads is not None:

@@ -1,35 +1,11 @@
-"""Training memory per device, estimated from the architecture and the run's settings, before anything
-is allocated: what a run prints in its first lines, and what docs/gpu.md explains.
+"""Training memory per device, estimated from the architecture and the run's settings before anything is
+allocated (docs/gpu.md): fp32 weights, gradients and AdamW moments, autocast's half-precision weight
+copies, and the activations autograd saves at their dtype, plus the loss's fp32 log-softmax. The peak is
+the largest of the start of the backward, the recomputation of the last block (activation checkpointing)
+and its end. Not counted: the CUDA context, allocator slack, torch.compile.
 
-The estimate counts tensors, in bytes, as eager PyTorch holds them during a training step:
-
-- weights (fp32 master weights, 4 bytes a parameter), gradients (fp32, 4 bytes), optimizer states
-  (AdamW: two fp32 moments, 8 bytes; Muon: one fp32 momentum on the blocks' matrices);
-- under bf16/fp16 autocast, the half-precision copies of the linear layers' weights that autocast
-  makes once per forward and the backward keeps (2 bytes a parameter of every matmul);
-- activations: what autograd saves for the backward, per token, layer by layer, at the precision the
-  tensors have (the residual stream stays fp32 under autocast; matmul inputs are bf16), plus the
-  loss: transformers upcasts the logits to fp32 and log-softmax keeps its (tokens, vocabulary) output,
-  and the loss's backward holds two more such fp32 tensors for a moment.
-
-The peak of a step is the largest of three moments: the start of the backward (every activation and
-the loss's gradients), the recomputation of the last block under activation checkpointing, and the
-end of the backward (every gradient, plus the embedding's dense gradient added into a tied head).
-With gradient accumulation the gradients of the earlier micro-batches are there at every moment.
-Evaluation holds no activations for a backward: the weights, the optimizer states, autocast's weight
-copies, and one forward's logits (the model's, their fp32 copy and the log-softmax).
-
-A few rules depend on the device: a dropout mask is a byte per element on CUDA and a scaled mask of
-the input's dtype on the CPU,. Training runs without a KV cache (Trainer sets `use_cache=False`);
-with one, the forward would also hold copies of every layer's keys and values. The rules are checked
-against the saved tensors and the peak resident set of CPU steps (tests/test_memory_estimate.py),
-and against `torch.cuda.max_memory_allocated` where a GPU is at hand (tests/test_gpu.py).
-Not counted: the CUDA context and the caching allocator's slack (reserved above allocated), and
-torch.compile, whose fused graph usually saves less than eager.
-
-Symbols in comments: C hidden size, I MLP width (`inner` in the code), V vocabulary, nh heads,
-T block size, L layers, a bytes of an activation element (2 under bf16/fp16 autocast, else 4),
-m bytes of a dropout mask element, P parameters.
+Symbols: C hidden size, I MLP width (`inner`), V vocabulary, nh heads, T block size, L layers,
+a bytes of an activation element (2 under bf16/fp16 autocast, else 4), m of a dropout mask element.
 """
 
 from __future__ import annotations
@@ -58,7 +34,6 @@ class MemoryEstimate:
     peak_dynamic: int  # activations and gradients at the step's peak moment
     tokens: int  # per forward pass: per-device batch x block size
     evaluation_peak: int  # weights + optimizer states + weight copies + one evaluation forward
-    eval_tokens: int  # per evaluation forward pass
     precision: str  # "bf16", "fp16" or "fp32"
 
     @property
@@ -69,12 +44,10 @@ class MemoryEstimate:
     def describe(self) -> str:
         """The line a run prints: the training and evaluation peaks, and what the training one holds."""
         copies = f", {self.precision} weight copies {size(self.weight_copies)}" if self.weight_copies else ""
-        return (
-            f"memory: about {size(self.training_peak)} per device to train (weights {size(self.weights)}, "
-            f"AdamW states {size(self.optimizer_states)}{copies}, activations and gradients "
-            f"{size(self.peak_dynamic)} at {self.tokens:,} tokens a pass), {size(self.evaluation_peak)} to "
-            "evaluate; an estimate of eager-mode tensors (docs/gpu.md#memory)"
-        )
+        return (f"memory: about {size(self.training_peak)} per device to train (weights {size(self.weights)}, "
+                f"AdamW states {size(self.optimizer_states)}{copies}, activations and gradients "
+                f"{size(self.peak_dynamic)} at {self.tokens:,} tokens a pass), {size(self.evaluation_peak)} to "
+                "evaluate; an estimate of eager-mode tensors (docs/gpu.md#memory)")
 
 
 def size(n_bytes: float) -> str:
@@ -87,12 +60,8 @@ def size(n_bytes: float) -> str:
 
 def parameter_count(config: MiniGPTConfig) -> int:
     """Parameters of `MiniGPTForCausalLM(config)`, tied weights counted once (as `model.parameters()`)."""
-    C, inner, V = config.hidden_size, config.intermediate_size, config.vocab_size
-    fc_width = 2 * inner if config.mlp_type == "gated" else inner
-    bias = config.bias
-    linears = [(C, 3 * C), (C, C), (C, fc_width), (inner, C)]  # (in, out): c_attn, c_proj, c_fc, mlp c_proj
-    block = sum(i * o + (o if bias else 0) for i, o in linears)
-    block += 2 * norm_parameters(config, C)  # ln_1, ln_2
+    C, V = config.hidden_size, config.vocab_size
+    block = _block_linear_parameters(config) + 2 * norm_parameters(config, C)  # + ln_1, ln_2
     if config.qk_norm:
         block += 2 * config.head_dim  # q_norm, k_norm: one weight per head dimension
     total = config.num_hidden_layers * block + V * C + norm_parameters(config, C)  # + wte, ln_f
@@ -108,15 +77,17 @@ def norm_parameters(config: MiniGPTConfig, width: int) -> int:
     return 2 * width if config.norm_type == "layernorm" and config.bias else width
 
 
-def matmul_weight_count(config: MiniGPTConfig) -> int:
-    """Weights and biases that enter a matmul (autocast casts them): the blocks' linear layers and
-    the output head (the token embedding when tied)."""
-    C, inner, V = config.hidden_size, config.intermediate_size, config.vocab_size
+def _block_linear_parameters(config: MiniGPTConfig) -> int:
+    """Weights and biases of a block's linear layers: c_attn, c_proj, c_fc (gate and up when gated), mlp c_proj."""
+    C, inner = config.hidden_size, config.intermediate_size
     fc_width = 2 * inner if config.mlp_type == "gated" else inner
-    linears = [(C, 3 * C), (C, C), (C, fc_width), (inner, C)]
-    block = sum(i * o + (o if config.bias else 0) for i, o in linears)
-    return config.num_hidden_layers * block + V * C
+    linears = [(C, 3 * C), (C, C), (C, fc_width), (inner, C)]  # (in, out)
+    return sum(i * o + (o if config.bias else 0) for i, o in linears)
 
+
+def matmul_weight_count(config: MiniGPTConfig) -> int:
+    """Weights and biases that autocast casts: the blocks' linear layers and the output head."""
+    return config.num_hidden_layers * _block_linear_parameters(config) + config.vocab_size * config.hidden_size
 
 
 def activation_element_bytes(precision: str) -> int:
@@ -124,51 +95,30 @@ def activation_element_bytes(precision: str) -> int:
     return 2 if precision in ("bf16", "fp16") else 4
 
 
-def layer_activation_bytes(
-    config: MiniGPTConfig,
-    precision: str,
-    attention: str,
-    device: str,
-    block_size: int,
-) -> float:
-    """Bytes one block saves for the backward, per token (without activation checkpointing).
-
-    `attention`: the resolved attention implementation; `device`: "cuda" or "cpu" (kernels differ).
-    """
+def layer_activation_bytes(config: MiniGPTConfig, precision: str, attention: str, device: str, block_size: int) -> float:
+    """Bytes one block saves for the backward, per token (without activation checkpointing);
+    `attention` the resolved implementation, `device` "cuda" or "cpu" (kernels differ)."""
     a = activation_element_bytes(precision)
-    C, inner = config.hidden_size, config.intermediate_size
-    mask = dropout_mask_bytes(device, a)
     total = 2 * norm_activation_bytes(config, a)  # ln_1, ln_2
     total += attention_activation_bytes(config, a, attention, device, block_size)
     # MLP: GELU keeps its input and the projection its input (2aI); the gated MLP keeps the fused
     # gate-and-up output (2aI), the activation's output and the product (4aI).
-    total += (4 if config.mlp_type == "gated" else 2) * a * inner
-    if config.hidden_dropout > 0:
-        total += 2 * mask * C  # the attention's and the MLP's residual dropout masks
+    total += (4 if config.mlp_type == "gated" else 2) * a * config.intermediate_size
+    if config.hidden_dropout > 0:  # the attention's and the MLP's residual dropout masks
+        total += 2 * dropout_mask_bytes(device, a) * config.hidden_size
     return total
 
 
 def norm_activation_bytes(config: MiniGPTConfig, a: int) -> float:
-    """A pre-norm over the fp32 residual stream and the matmul input it feeds, per token.
-
-    LayerNorm keeps its fp32 input and two fp32 statistics; the matmul after it keeps the normalised
-    output at a. Llama's RMSNorm formula in autograd keeps the fp32 input, its fp32 rsqrt and the
-    fp32 normalised input (for the weight's gradient).
-    """
+    """A pre-norm over the fp32 residual stream and the matmul input it feeds (a C), per token:
+    LayerNorm keeps its input and two statistics; RMSNorm its input, rsqrt and normalised input."""
     C = config.hidden_size
-    matmul_input = a * C
-    if config.norm_type == "layernorm":
-        return FP32 * C + 2 * FP32 + matmul_input
-    return FP32 * C + FP32 + FP32 * C + matmul_input
+    kept = 2 * FP32 if config.norm_type == "layernorm" else FP32 + FP32 * C  # statistics, or rsqrt and output
+    return FP32 * C + kept + a * C
 
 
-def attention_activation_bytes(
-    config: MiniGPTConfig, a: int, attention: str, device: str, T: int
-) -> float:
-    """What one attention layer saves per token, from its fused QKV projection to its output.
-
-    The fused projection's output qkv (3aC) is kept whole whenever a saved tensor is a view of it.
-    """
+def attention_activation_bytes(config: MiniGPTConfig, a: int, attention: str, device: str, T: int) -> float:
+    """What one attention layer saves per token; qkv (3aC) is kept whole while a saved tensor views it."""
     C, nh = config.hidden_size, config.num_attention_heads
     saved, qkv_kept = 0.0, False
     rotated = config.position_embedding_type == "rope" or config.qk_norm  # q, k are new tensors, not views
@@ -215,23 +165,12 @@ def head_activation_bytes(config: MiniGPTConfig, precision: str, device: str) ->
 
 
 def estimate_training_memory(
-    config: MiniGPTConfig,
-    *,
-    batch_size: int,
-    block_size: int,
-    precision: str = "bf16",
-    attention: str = "sdpa",
-    device: str = "cuda",
-    activation_checkpointing: bool = False,
-    gradient_accumulation_steps: int = 1,
+    config: MiniGPTConfig, *, batch_size: int, block_size: int, precision: str = "bf16", attention: str = "sdpa",
+    device: str = "cuda", activation_checkpointing: bool = False, gradient_accumulation_steps: int = 1,
     eval_batch_size: int | None = None,
 ) -> MemoryEstimate:
-    """Bytes of one device training `config` at `batch_size` blocks of `block_size` tokens a pass.
-
-    `precision`: "bf16"/"fp16" (autocast over fp32 weights) or "fp32"; `attention`: the resolved
-    attention implementation; `device`: "cuda" or "cpu" (what the kernels save differs, see the
-    module doc).
-    """
+    """Bytes of one device training `config` at `batch_size` blocks of `block_size` tokens a pass;
+    `precision` "bf16"/"fp16" (autocast over fp32 weights) or "fp32"."""
     a = activation_element_bytes(precision)
     C, V, L = config.hidden_size, config.vocab_size, config.num_hidden_layers
     P = parameter_count(config)
@@ -256,33 +195,20 @@ def estimate_training_memory(
     per_token = evaluation_bytes_per_token(config, a, attention, block_size)
     evaluation = weights + states + copies + eval_tokens * per_token
     return MemoryEstimate(
-        parameters=P,
-        weights=weights,
-        gradients=gradients,
-        optimizer_states=states,
-        weight_copies=copies,
-        activations_per_token=L * kept_per_layer + head,
-        peak_dynamic=int(peak_dynamic),
-        tokens=tokens,
-        evaluation_peak=int(evaluation),
-        eval_tokens=eval_tokens,
-        precision=precision,
+        P, weights, gradients, states, copies, L * kept_per_layer + head, int(peak_dynamic), tokens, int(evaluation), precision
     )
 
 
 def estimate_run_memory(run: RunConfig, config: MiniGPTConfig, device_type: str) -> MemoryEstimate:
-    """`estimate_training_memory` for a run: its batch layout, block size, precision, attention kernel,
-    checkpointing and optimizer, on `device_type` (torch's: "cuda", "cpu", ...). Per process: under
-    DDP every process holds all of it."""
+    """`estimate_training_memory` for a run's settings on `device_type` (torch's), per process."""
     h = resolve_hardware(run.hardware)
-    device = "cpu" if device_type == "cpu" else "cuda"
     return estimate_training_memory(
         config,
         batch_size=h.per_device_train_batch_size,
         block_size=run.data.block_size,
         precision="bf16" if h.bf16 else "fp16" if h.fp16 else "fp32",
         attention=h.attn_implementation,
-        device=device,
+        device="cpu" if device_type == "cpu" else "cuda",
         activation_checkpointing=h.activation_checkpointing,
         gradient_accumulation_steps=h.gradient_accumulation_steps,
         eval_batch_size=h.per_device_eval_batch_size,

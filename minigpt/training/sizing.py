@@ -1,32 +1,11 @@
-"""A run sized for its corpus and budget: the model's shape, steps, learning rate, warmup and dropout.
+"""`training.budget` ("30m", "2h", "900s" on this machine; "3e13 flops"): a run sized for its corpus.
 
-`training.budget` ("30m", "2h", "900s": wall clock on this machine; "3e13 flops": compute) makes
-the run choose, once the corpus is tokenized:
-  shape     depth x width from `SHAPES` (head size 32, the gated MLP's width from the model table)
-  steps     the budget's FLOPs over the FLOPs of a step (`flops_per_token`, PaLM's 6N + 12LCT),
-            or the seconds left after choosing over each shape's measured step time and its
-            share of the evaluations (one every training.eval_steps, EVALUATION_SHARE)
-  lr        `REFERENCE_LR` scaled by width (Adam's hidden-layer LR ~ 1/width, muP: Yang et al. 2022)
-  warmup    5% of the steps, at most `WARMUP_MAX`
-  batch     the config's: at equal tokens, batches of 8, 16 and 32 blocks (the learning rate
-            scaled by the square root) ended within a seed's spread in the sweeps, so the plan has
-            nothing to choose it by yet (docs/research-log.md)
-  dropout   0.1 once the plan repeats the corpus (more than one epoch), else none
-  max_time  a wall-clock budget's seconds left after choosing: the run ends by the budget even
-            where its steps cost more than measured (its own evaluations, checkpoints, samples)
-The shape is the one whose training tokens per matmul parameter is nearest the rule's ratio
-(`TokensPerParameterRule`), as nanochat sizes its models (about 10.5) and Chinchilla's 20 says
-(Hoffmann et al. 2022): at a fixed budget a shape's tokens are the budget over its cost per token,
-so the ratio falls as the shape grows and one shape sits nearest. Repeated epochs count less
-(Muennighoff et al. 2023, "Scaling Data-Constrained Language Models": the effective tokens D' with
-their R* = 15.4), so a small corpus trained for long gets a smaller model than its raw tokens
-would. The ratio is fitted to the sweeps of `scripts/sweep_sizes.py`: the one whose choices lose
-least against each sweep's best shape (docs/research-log.md, 2026-12-05: it replaced a fitted
-Chinchilla loss, whose choices were too small at every larger budget).
-
-The choice is written into the run's config as plain values (`training.budget` null), so
-resolved_config.yaml repeats the run exactly without choosing again (on a slower machine, its
-`training.max_time` would end it early: remove that to train every step).
+  shape    from `SHAPES`, the one whose effective tokens per matmul parameter (repeats counted less,
+           Muennighoff et al. 2023) is nearest the fitted ratio (`TokensPerParameterRule`)
+  steps    the budget's FLOPs over a step's, or the seconds left over the measured step time
+  lr       `REFERENCE_LR` scaled ~ 1/width (muP, Yang et al. 2022); warmup 5% of the steps
+  dropout  0.1 once the plan repeats the corpus; max_time: a wall-clock budget's seconds left
+The choice is written into resolved_config.yaml as plain values (`training.budget` null).
 """
 
 from __future__ import annotations
@@ -41,8 +20,7 @@ from typing import Any
 from ..errors import ConfigError
 
 HEAD_SIZE = 32
-# Depth x width, smallest first: a ladder of aspect ratios (width / depth 32-64) that small-model
-# sweeps favour; the default run's 4 x 128 is on it, and every shape the sweeps ran up to 8 x 384.
+# Depth x width, smallest first: width / depth 32-64, the default run's 4 x 128 among them.
 SHAPES: tuple[tuple[int, int], ...] = (
     (2, 64), (3, 96), (4, 128), (4, 160), (4, 192), (6, 224), (6, 256), (8, 320), (8, 384),
     (10, 448), (12, 512), (12, 640), (16, 768),
@@ -51,21 +29,20 @@ REFERENCE_WIDTH, REFERENCE_LR = 128, 4.0e-3  # the default run's width and its t
 WARMUP_FRACTION, WARMUP_MAX, WARMUP_MIN = 0.05, 100, 5
 MIN_STEPS = 300  # fewest steps a plan gives its shape while another shape would get more
 MAX_PARAMETERS_PER_TOKEN = 4  # largest model a plan weighs: matmul parameters per unique training token
-REPEAT_DROPOUT = 0.1  # dropout of a plan that repeats its corpus (the default run's, at 9 epochs)
-# Most passes over the corpus a plan trains: past 1 + R* (Muennighoff et al.'s R* = 15.4) repeated
-# tokens add nothing (`effective_tokens` saturates), so a plan whose budget allows more stops there.
-MAX_EPOCHS = 16
+REPEAT_DROPOUT = 0.1  # dropout of a plan that repeats its corpus
+MAX_EPOCHS = 16  # past 1 + R* (15.4) passes repeated tokens add nothing (`effective_tokens` saturates)
 CHOOSING_SHARE = 0.05  # at most this share of a wall-clock budget goes to measuring step times
 MOST_MEASURED = 5  # shapes measured besides the reference: the likeliest by the FLOP estimate
 OVERHEAD_SHARE = 0.08  # of the rest, kept for checkpoints, samples and logging between steps
-# An evaluation token's cost against a training token's: each evaluation is charged eval tokens /
-# tokens a step x this x a step. Its FLOPs are a third (2N of 6N), but Trainer's evaluation loop
-# and the bits-per-byte sums cost as much again, and a small model's head and softmax dominate
-# both: measured 0.9 for a 2 x 64 model on a 2-core Zen 4 (0.5 for the forward alone). The larger
-# share plans fewer steps for larger models, which then finish early rather than be cut undecayed.
+# An evaluation token's cost in training tokens: a third of the FLOPs, but the evaluation loop and
+# the bits-per-byte sums cost as much again for a small model (docs/research-log.md).
 EVALUATION_SHARE = 1.0
 BUDGET_PATTERN = re.compile(r"^\s*([0-9.]+(?:e[+-]?[0-9]+)?)\s*(s|m|min|h|flops)?\s*$", re.IGNORECASE)
 UNIT_SECONDS = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+PLAN_KEYS = {  # what a plan sets, in `Plan.overrides` order
+    "model": ("num_hidden_layers", "hidden_size", "num_attention_heads", "hidden_dropout"),
+    "training": ("max_steps", "learning_rate", "min_learning_rate", "warmup_steps", "budget", "max_time"),
+}
 
 
 @dataclass(frozen=True)
@@ -76,9 +53,7 @@ class Budget:
     flops: float | None = None
 
     def describe(self) -> str:
-        if self.flops is not None:
-            return f"{self.flops:.3g} FLOPs"
-        return f"{self.seconds:g} s"
+        return f"{self.flops:.3g} FLOPs" if self.flops is not None else f"{self.seconds:g} s"
 
 
 def parse_budget(text: str | float | int, key: str = "training.budget") -> Budget:
@@ -89,9 +64,7 @@ def parse_budget(text: str | float | int, key: str = "training.budget") -> Budge
     value, unit = float(match.group(1)), (match.group(2) or "s").lower()
     if value <= 0:
         raise ConfigError(f"{key}: the budget must be positive, got {text!r}")
-    if unit == "flops":
-        return Budget(flops=value)
-    return Budget(seconds=value * UNIT_SECONDS[unit])
+    return Budget(flops=value) if unit == "flops" else Budget(seconds=value * UNIT_SECONDS[unit])
 
 
 def learning_rate(width: int) -> float:
@@ -104,18 +77,16 @@ def warmup_steps(steps: int) -> int:
 
 
 def effective_tokens(tokens: float, unique: float, r_star: float) -> float:
-    """Muennighoff et al. 2023, eq. 5: D' = U + U R* (1 - exp(-R / R*)), R = D / U - 1 repeats.
-    The first pass counts in full; each repeat counts less, and all of them at most R* passes."""
+    """Muennighoff et al. 2023, eq. 5: D' = U + U R* (1 - exp(-R / R*)), R = D / U - 1 repeats."""
     if unique <= 0 or tokens <= unique:
         return tokens
-    repeats = tokens / unique - 1.0
-    return unique + unique * r_star * (1.0 - math.exp(-repeats / r_star))
+    return unique + unique * r_star * (1.0 - math.exp(-(tokens / unique - 1.0) / r_star))
 
 
 @dataclass(frozen=True)
 class TokensPerParameterRule:
-    """Choose the shape whose effective training tokens (repeats counted less) per matmul parameter
-    is nearest `ratio`; r_star is Muennighoff et al.'s fitted R*_D, not refitted here."""
+    """The shape whose effective training tokens per matmul parameter is nearest `ratio` wins;
+    r_star is Muennighoff et al.'s fitted R*_D."""
 
     ratio: float
     r_star: float = 15.4
@@ -125,14 +96,11 @@ class TokensPerParameterRule:
         return effective_tokens(tokens, unique_tokens, self.r_star) / parameters
 
     def distance(self, parameters: float, tokens: float, unique_tokens: float) -> float:
-        """|ln(D'/N / ratio)|: how far a shape's ratio is from the rule's, either way (0 on it)."""
+        """|ln(D'/N / ratio)|: how far a shape's ratio is from the rule's (0 on it)."""
         return abs(math.log(self.tokens_per_parameter(parameters, tokens, unique_tokens) / self.ratio))
 
 
-# The ratio whose choices lose least on the sweeps of 2026-12-04/05 (scripts/sweep_sizes.py
-# --fit-only: 15 places on four corpora, 1.1-200 MB, budgets 3e12-2.1e14 FLOPs; how it does on a
-# corpus it was not fitted on: the script's leave-one-corpus-out table; docs/research-log.md).
-# Every ratio from 8.7 to 9.1 loses as little; this is their middle.
+# The ratio whose choices lose least on the size sweeps (scripts/sweep_sizes.py, docs/research-log.md).
 FITTED_RULE = TokensPerParameterRule(ratio=8.92)
 
 
@@ -167,10 +135,7 @@ class Plan:
     hidden_dropout: float
     considered: list[Candidate]
     choosing_seconds: float = 0.0
-    # A wall-clock budget's seconds after choosing: the run's training.max_time, so the run ends by
-    # the budget even where its steps run slower than measured (evaluations, checkpoints and samples
-    # more often than OVERHEAD_SHARE allows for, say). None for a FLOP budget.
-    max_time: float | None = None
+    max_time: float | None = None  # a wall-clock budget's seconds after choosing (training.max_time)
     rule: TokensPerParameterRule = FITTED_RULE
 
     @property
@@ -183,33 +148,22 @@ class Plan:
 
     def overrides(self) -> dict[str, dict[str, Any]]:
         """The plain values the plan sets, by section."""
-        c = self.chosen
-        return {
-            "model": {
-                "num_hidden_layers": c.layers,
-                "hidden_size": c.width,
-                "num_attention_heads": c.width // HEAD_SIZE,
-                "hidden_dropout": self.hidden_dropout,
-            },
-            "training": {
-                "max_steps": c.steps,
-                "learning_rate": self.learning_rate,
-                "min_learning_rate": self.learning_rate / 10,
-                "warmup_steps": self.warmup_steps,
-                "budget": None,
-                **({"max_time": round(self.max_time, 1)} if self.max_time is not None else {}),
-            },
-        }
+        c, lr = self.chosen, self.learning_rate
+        model = {"num_hidden_layers": c.layers, "hidden_size": c.width, "num_attention_heads": c.width // HEAD_SIZE,
+                 "hidden_dropout": self.hidden_dropout}
+        training = {"max_steps": c.steps, "learning_rate": lr, "min_learning_rate": lr / 10,
+                    "warmup_steps": self.warmup_steps, "budget": None}
+        if self.max_time is not None:
+            training["max_time"] = round(self.max_time, 1)
+        return {"model": model, "training": training}
 
     def lines(self) -> list[str]:
         c = self.chosen
         runner_up = sorted(self.considered, key=lambda x: x.distance)[1:2]
         if runner_up:
-            why = (
-                f"of {len(self.considered)} shapes the nearest to {self.rule.ratio:g} tokens per parameter, "
-                f"repeats counted less: {c.tokens_per_parameter:.1f} (next: {runner_up[0].name} at "
-                f"{runner_up[0].tokens_per_parameter:.1f})"
-            )
+            why = (f"of {len(self.considered)} shapes the nearest to {self.rule.ratio:g} tokens per parameter, "
+                   f"repeats counted less: {c.tokens_per_parameter:.1f} (next: {runner_up[0].name} at "
+                   f"{runner_up[0].tokens_per_parameter:.1f})")
         elif self.max_time is not None:  # a short wall-clock budget leaves time to measure one shape
             why = f"the only shape measured in the {CHOOSING_SHARE:.0%} of the budget that choosing may take"
         else:
@@ -223,57 +177,36 @@ class Plan:
             f"plan: {why}; choosing took {self.choosing_seconds:.1f} s",
         ]
         if c.steps < c.budget_steps:
-            lines.append(
-                f"plan: stops early at {MAX_EPOCHS} epochs, {c.steps:,} of the {c.budget_steps:,} steps the budget "
-                "allows: past that repeated tokens add nothing (Muennighoff et al. 2023); more text would use the rest"
-            )
+            lines.append(f"plan: stops early at {MAX_EPOCHS} epochs, {c.steps:,} of the {c.budget_steps:,} steps the "
+                         "budget allows: past that repeated tokens add nothing (Muennighoff et al. 2023); more text "
+                         "would use the rest")
         return lines
 
     def record(self) -> dict[str, Any]:
+        """plan.json's content."""
         c = self.chosen
         return {
-            "budget": self.budget,
-            "shape": c.name,
-            "layers": c.layers,
-            "hidden_size": c.width,
-            "heads": c.width // HEAD_SIZE,
-            "parameters": c.parameters,
-            "steps": c.steps,
-            "budget_steps": c.budget_steps,
-            "tokens": self.tokens,
-            "epochs": self.epochs,
-            "learning_rate": self.learning_rate,
-            "warmup_steps": self.warmup_steps,
-            "hidden_dropout": self.hidden_dropout,
-            "rule_tokens_per_parameter": self.rule.ratio,
+            "budget": self.budget, "shape": c.name, "layers": c.layers, "hidden_size": c.width,
+            "heads": c.width // HEAD_SIZE, "parameters": c.parameters, "steps": c.steps,
+            "budget_steps": c.budget_steps, "tokens": self.tokens, "epochs": self.epochs,
+            "learning_rate": self.learning_rate, "warmup_steps": self.warmup_steps,
+            "hidden_dropout": self.hidden_dropout, "rule_tokens_per_parameter": self.rule.ratio,
             "effective_tokens_per_parameter": c.tokens_per_parameter,
-            "choosing_seconds": self.choosing_seconds,
-            "max_time": self.max_time,
+            "choosing_seconds": self.choosing_seconds, "max_time": self.max_time,
             "considered": [
                 {"shape": x.name, "parameters": x.parameters, "steps": x.steps, "step_seconds": x.step_seconds,
-                 "evaluation_seconds": x.evaluation_seconds,
-                 "effective_tokens_per_parameter": x.tokens_per_parameter}
+                 "evaluation_seconds": x.evaluation_seconds, "effective_tokens_per_parameter": x.tokens_per_parameter}
                 for x in self.considered
             ],
         }
 
 
 def plan_run(
-    budget: Budget,
-    candidates: list[Candidate],
-    tokens_per_step: int,
-    corpus_tokens: int,
-    rule: TokensPerParameterRule = FITTED_RULE,
-    seconds_left: float | None = None,
-    eval_steps: int | None = None,
+    budget: Budget, candidates: list[Candidate], tokens_per_step: int, corpus_tokens: int,
+    rule: TokensPerParameterRule = FITTED_RULE, seconds_left: float | None = None, eval_steps: int | None = None,
 ) -> Plan:
-    """The candidate whose tokens per parameter at `budget` is nearest the rule's, and its settings.
-
-    A FLOP budget gives each candidate budget / (FLOPs per token x tokens per step) steps; a
-    wall-clock one `seconds_left` (the budget less what choosing took) over its measured step
-    time plus its evaluations' share (one every `eval_steps`, and one at the end). Candidates
-    without a measured step time are left out of a wall-clock plan.
-    """
+    """The candidate whose tokens per parameter at `budget` is nearest the rule's; a wall-clock plan
+    divides `seconds_left` by each measured step plus its evaluations' share (one every `eval_steps`)."""
     considered = []
     for c in candidates:
         if budget.flops is not None:
@@ -291,68 +224,34 @@ def plan_run(
         c.tokens_per_parameter = rule.tokens_per_parameter(c.parameters, c.steps * tokens_per_step, corpus_tokens)
         c.distance = rule.distance(c.parameters, c.steps * tokens_per_step, corpus_tokens)
         considered.append(c)
-    # Shapes the budget gives too few steps are out while any other has enough: the rule was
-    # fitted on runs of at least MIN_STEPS, and every sweep run with fewer was far behind.
-    enough = [c for c in considered if c.steps >= MIN_STEPS]
-    considered = enough or considered
-    # Nor a model much larger than its corpus: the rule's repeats term does not see overfitting, and
-    # on Tiny Shakespeare (0.35M tokens) 1.07M parameters (4 x 128) was the largest shape that beat
-    # smaller ones at equal time (docs/research-log.md, 2026-12-01); beyond, the fit extrapolates.
+    # The rule was fitted on runs of at least MIN_STEPS: shorter ones are out while another has enough.
+    considered = [c for c in considered if c.steps >= MIN_STEPS] or considered
+    # Nor a model much larger than its corpus: the rule does not see overfitting (docs/research-log.md).
     fitting = [c for c in considered if c.parameters <= MAX_PARAMETERS_PER_TOKEN * corpus_tokens]
     considered = fitting or sorted(considered, key=lambda c: c.parameters)[:1]
     if not considered:
-        raise ConfigError(
-            f"training.budget={budget.describe()} is too small to train even the smallest model for "
-            f"{2 * WARMUP_MIN} steps: give it more"
-        )
+        raise ConfigError(f"training.budget={budget.describe()} is too small to train even the smallest model for "
+                          f"{2 * WARMUP_MIN} steps: give it more")
     best = min(considered, key=lambda c: c.distance)
-    tokens = best.steps * tokens_per_step
-    return Plan(
-        budget=budget.describe(),
-        chosen=best,
-        tokens_per_step=tokens_per_step,
-        corpus_tokens=corpus_tokens,
-        learning_rate=learning_rate(best.width),
-        warmup_steps=warmup_steps(best.steps),
-        hidden_dropout=REPEAT_DROPOUT if tokens > corpus_tokens else 0.0,
-        considered=considered,
-        rule=rule,
-    )
-
-
-PLAN_KEYS = {
-    "model": ("num_hidden_layers", "hidden_size", "num_attention_heads", "hidden_dropout"),
-    "training": ("max_steps", "learning_rate", "min_learning_rate", "warmup_steps", "budget", "max_time"),
-}
+    dropout = REPEAT_DROPOUT if best.steps * tokens_per_step > corpus_tokens else 0.0
+    return Plan(budget.describe(), best, tokens_per_step, corpus_tokens, learning_rate(best.width),
+                warmup_steps(best.steps), dropout, considered, rule=rule)
 
 
 def apply_settings(run, values: dict[str, dict[str, Any]]) -> None:
     """Set the plan's keys (`Plan.overrides()`, or a checkpoint's resolved values) on `run`, in place."""
     for section, keys in PLAN_KEYS.items():
-        for key in keys:
-            if key in values.get(section, {}):
-                setattr(getattr(run, section), key, values[section][key])
+        for key in set(keys) & set(values.get(section, {})):
+            setattr(getattr(run, section), key, values[section][key])
 
 
 def size_run(
-    run,
-    config_for: Callable[[int, int], Any],
-    corpus_tokens: int,
-    tokens_per_step: int,
-    accumulation: int,
-    dtype,
-    rule: TokensPerParameterRule = FITTED_RULE,
-    device: str | Any = "cpu",
-    eval_tokens: int = 0,
+    run, config_for: Callable[[int, int], Any], corpus_tokens: int, tokens_per_step: int, accumulation: int, dtype,
+    rule: TokensPerParameterRule = FITTED_RULE, device: str | Any = "cpu", eval_tokens: int = 0,
 ) -> Plan:
-    """Choose the plan for `run.training.budget` (see the module's docstring).
-
-    `config_for(layers, width)` is the model config of the run at that shape. A wall-clock budget
-    measures step times on `device` (the one the run trains on), most promising shapes first (by a
-    FLOP estimate from the first measurement), until `CHOOSING_SHARE` of the budget is spent; a FLOP
-    budget measures nothing. `eval_tokens` is what one evaluation reads: a wall-clock plan leaves
-    time for an evaluation every `training.eval_steps` (EVALUATION_SHARE).
-    """
+    """The plan for `run.training.budget`; `config_for(layers, width)` is the run's model config at a
+    shape. A wall-clock budget measures step times on `device`, the likeliest shapes first, within
+    `CHOOSING_SHARE` of it; `eval_tokens` is what one evaluation reads."""
     import torch
 
     from ..model import MiniGPTForCausalLM
@@ -366,13 +265,11 @@ def size_run(
         config = config_for(layers, width)
         with torch.device("meta"):  # counts only: no memory, no init
             model = MiniGPTForCausalLM(config)
-        candidates.append(
-            Candidate(layers, width, matmul_parameter_count(model, config), flops_per_token(model, config, block_size))
-        )
+        parameters = matmul_parameter_count(model, config)
+        candidates.append(Candidate(layers, width, parameters, flops_per_token(model, config, block_size)))
     seconds_left = None
     if budget.seconds is not None:
         allowed = CHOOSING_SHARE * budget.seconds
-        # a measurement's warm-up and timed seconds: at most a fifth and two fifths of the allowance
         warmup_s, timed_s = min(0.3, allowed / 5), min(0.6, 2 * allowed / 5)
         batch = tokens_per_step // (block_size * accumulation)  # per process and micro-step
         reference = next(c for c in candidates if c.width == REFERENCE_WIDTH)
@@ -380,54 +277,36 @@ def size_run(
         while order:
             c = order.pop(0)
             model = MiniGPTForCausalLM(config_for(c.layers, c.width))
-            c.step_seconds = accumulation * measure_step_seconds(
-                model, batch, block_size, dtype, warmup_s, timed_s, device=device
-            )
+            c.step_seconds = accumulation * measure_step_seconds(model, batch, block_size, dtype, warmup_s, timed_s, device)
             c.evaluation_seconds = c.step_seconds * EVALUATION_SHARE * eval_tokens / tokens_per_step
             del model
-            if c is reference:  # its FLOP/s estimate every other shape's step, to order them
+            if c is reference:  # its FLOP/s estimates the other shapes' steps, to order them
                 rate = c.flops_per_token * tokens_per_step / c.step_seconds
                 for other in candidates:
                     other.steps = int(budget.seconds / (other.flops_per_token * tokens_per_step / rate))
                     other.distance = rule.distance(other.parameters, other.steps * tokens_per_step, corpus_tokens)
                 order = sorted((o for o in candidates if o is not reference), key=lambda o: o.distance)
-            measured = sum(o.step_seconds is not None for o in candidates)
-            if measured > MOST_MEASURED:
+            if sum(o.step_seconds is not None for o in candidates) > MOST_MEASURED:
                 break
-            spent = time.perf_counter() - started
-            # the next one's measurement: its warm-up and timed seconds, or 5 of its estimated steps
+            spent = time.perf_counter() - started  # + the next one's measurement, at least 5 steps
             if order and spent + max(warmup_s + timed_s, 5 * order[0].flops_per_token * tokens_per_step / rate) > allowed:
                 break
         for c in candidates:
             c.steps, c.distance = 0, math.inf  # estimates only ordered them: plan on measured ones
-        # evaluations, checkpoints and samples take their share of a wall-clock budget too
         seconds_left = (budget.seconds - (time.perf_counter() - started)) * (1 - OVERHEAD_SHARE)
     plan = plan_run(budget, candidates, tokens_per_step, corpus_tokens, rule, seconds_left, run.training.eval_steps)
     plan.choosing_seconds = time.perf_counter() - started
     if budget.seconds is not None:  # the budget holds, whatever the steps turn out to cost
-        left = budget.seconds - plan.choosing_seconds
-        user_limit = run.training.max_time
-        plan.max_time = min(left, user_limit) if user_limit is not None else left
+        plan.max_time = min(budget.seconds - plan.choosing_seconds, run.training.max_time or math.inf)
     return plan
 
 
 def measure_step_seconds(
-    model,
-    batch_size: int,
-    block_size: int,
-    dtype,
-    warmup_s: float = 0.3,
-    timed_s: float = 0.6,
-    device: str | Any = "cpu",
+    model, batch_size: int, block_size: int, dtype, warmup_s: float = 0.3, timed_s: float = 0.6, device: str | Any = "cpu"
 ) -> float:
-    """Median seconds of a training step (forward, backward, AdamW) of `model` on random blocks, on
-    `device` (a GPU's steps are timed to their end: each step waits for its kernels).
-
-    Warm-up steps (at least 2, for `warmup_s`) first: a small model's first steps are several times
-    slower (allocations, kernel choices). Then steps for `timed_s` (at least 3). The Trainer's step
-    is this plus about 1% (docs/benchmarks.md: the training path against a plain loop); the plan
-    only compares shapes and divides a budget by it.
-    """
+    """Median seconds of a training step (forward, backward, AdamW) of `model` on random blocks on
+    `device`, after warm-up steps (at least 2, for `warmup_s`: the first steps are slow); at least 3
+    steps for `timed_s`."""
     import torch
 
     device = torch.device(device)
