@@ -10,7 +10,6 @@ import torch
 from chat_fixtures import CONVERSATION, chat_tokenizer
 from conftest import REPO_ROOT, tiny_model
 
-from minigpt.chat.shakespeare_dialogue import build_chat_data, dialogues, parse_speeches, validation_start
 from minigpt.data.chat_data import (
     IGNORE_INDEX,
     ChatCollator,
@@ -19,6 +18,7 @@ from minigpt.data.chat_data import (
     encode_conversations,
 )
 from minigpt.errors import ConfigError, DataError
+from scripts.build_chat_data import build_chat_data, dialogues, parse_speeches, validation_start
 
 SHIPPED = REPO_ROOT / "data" / "shakespeare-chat"
 

@@ -224,8 +224,6 @@ def test_a_stopped_run_says_so(tmp_path):
 def test_json_inputs_are_drawn_generically_with_warnings_highlighted(tmp_path):
     run = fake_run(tmp_path, corpus_report=CORPUS_REPORT)
     (run / "plan.json").write_text(json.dumps({"model": {"layers": 6, "why": "fits 1M tokens"}, "notes": ["a", "b"]}))
-    summary = json.loads((run / "summary.json").read_text())
-    (run / "summary.json").write_text(json.dumps({**summary, "plan": {"chosen": "6x384"}}))
     page = write_run_page(run).read_text()
     corpus = section(page, "corpus")
     assert '<div class="warnbox"><h3>Warnings</h3><ul class="warnings"><li>412 validation lines' in corpus
@@ -233,12 +231,16 @@ def test_json_inputs_are_drawn_generically_with_warnings_highlighted(tmp_path):
     assert '<table class="grid"><thead><tr><th></th><th>documents</th><th>bytes</th><th>tokens</th>' in corpus
     assert "<th>validation lines in train</th>" in corpus and "1,003,854" in corpus and "0.031" in corpus
     assert "epochs" not in corpus  # the report's plan part is drawn in the plan section
+    # A sized run's plan.json is the plan, shown once: the corpus report's plan is not repeated.
     plan = section(page, "plan")
-    for source in ("plan.json", "summary.json: plan", "corpus_report.json: plan"):
-        assert f'<span class="source">{source}</span>' in plan
-    assert "fits 1M tokens" in plan and "<li>a</li><li>b</li>" in plan and "6x384" in plan
-    assert "<th>tokens per parameter</th><td><span class=\"num\">0.5</span>" in plan
+    assert '<span class="source">plan.json</span>' in plan and "corpus_report.json: plan" not in plan
+    assert "fits 1M tokens" in plan and "<li>a</li><li>b</li>" in plan and "tokens per parameter" not in plan
     assert "tokens per step</dt><dd>2,048" in plan  # and what the config asked for
+    # Without one, the corpus report's plan (the configured steps against the corpus) is drawn.
+    (run / "plan.json").unlink()
+    plan = section(write_run_page(run).read_text(), "plan")
+    assert '<span class="source">corpus_report.json: plan</span>' in plan and "plan.json" not in plan
+    assert "<th>tokens per parameter</th><td><span class=\"num\">0.5</span>" in plan
 
 
 def test_an_unreadable_input_is_said_and_the_rest_is_drawn(tmp_path):

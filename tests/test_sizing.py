@@ -61,9 +61,11 @@ def test_the_plan_takes_the_shape_nearest_the_rules_tokens_per_parameter_and_its
     # Much more compute: the large model is nearer the ratio, and a small corpus repeated brings dropout
     plan = plan_run(Budget(flops=3e16), [small, large], tokens_per_step=1024, corpus_tokens=10**7, rule=rule)
     assert plan.chosen is large and plan.hidden_dropout == 0.1 and plan.epochs > 1
-    # 31.9M tokens, 3.2 epochs of 10M: repeats count less, so fewer effective tokens per parameter
-    expected = effective_tokens(large.steps * 1024, 10**7, 15.4) / large.parameters
-    assert large.tokens_per_parameter == pytest.approx(expected) and expected < large.steps * 1024 / large.parameters
+    # 319M tokens, 31.9 epochs of 10M: repeats count less, so fewer effective tokens per parameter
+    # (weighed at the budget's steps; the run then stops at MAX_EPOCHS)
+    expected = effective_tokens(large.budget_steps * 1024, 10**7, 15.4) / large.parameters
+    assert large.tokens_per_parameter == pytest.approx(expected) and expected < large.budget_steps * 1024 / large.parameters
+    assert large.steps == math.ceil(16 * 10**7 / 1024) < large.budget_steps
     record = plan.record()
     assert "tokens_per_parameter" not in record  # one figure: the rule's (effective tokens per matmul parameter)
     assert record["effective_tokens_per_parameter"] == large.tokens_per_parameter and record["rule_tokens_per_parameter"] == 8.0
@@ -170,6 +172,7 @@ def test_a_wall_clock_budget_holds_when_the_steps_cost_more_than_measured(tmp_pa
     from minigpt.training.run_config import load_run_config
 
     monkeypatch.setattr(sizing, "measure_step_seconds", lambda *args, **kwargs: 1e-4)
+    monkeypatch.setattr(sizing, "MAX_EPOCHS", 10**6)  # the small corpus would end it at 16 epochs first
     folder = tmp_path / "run"
     overrides = small_run_overrides(folder, write_small_corpus(tmp_path), "training.budget=6s")
     result = run_training(load_run_config("configs/smoke.yaml", overrides))

@@ -1,2 +1,2 @@
-"""Talking to a model: a session whose history is cut to the context (session), the terminal loop
-of scripts/chat.py (terminal), and the conversation set built from the play (shakespeare_dialogue)."""
+"""Talking to a model: a session whose history is cut to the context (session) and the terminal
+loop of scripts/chat.py (terminal)."""

@@ -114,7 +114,7 @@ class Candidate:
     evaluation_seconds: float = 0.0  # one evaluation's, estimated from the step (EVALUATION_SHARE)
     steps: int = 0
     budget_steps: int = 0  # what the budget alone allows; `steps` stops at MAX_EPOCHS
-    tokens_per_parameter: float = 0.0  # effective (repeats counted less), at `steps`
+    tokens_per_parameter: float = 0.0  # effective (repeats counted less), at `budget_steps` (what the rule weighs)
     distance: float = math.inf  # |ln| of its tokens per parameter over the rule's ratio
 
     @property
@@ -217,12 +217,14 @@ def plan_run(
             c.steps = max(int(seconds / per_step), 0)
         else:
             continue
-        c.budget_steps = c.steps
-        c.steps = min(c.steps, math.ceil(MAX_EPOCHS * corpus_tokens / tokens_per_step))
         if c.steps < 2 * WARMUP_MIN:  # too few steps to warm up and decay: not a plan
             continue
+        # The rule weighs what the budget allows (as the sweep it was fitted on ran); the run then
+        # stops at MAX_EPOCHS, past which repeated tokens add nothing.
         c.tokens_per_parameter = rule.tokens_per_parameter(c.parameters, c.steps * tokens_per_step, corpus_tokens)
         c.distance = rule.distance(c.parameters, c.steps * tokens_per_step, corpus_tokens)
+        c.budget_steps = c.steps
+        c.steps = min(c.steps, math.ceil(MAX_EPOCHS * corpus_tokens / tokens_per_step))
         considered.append(c)
     # The rule was fitted on runs of at least MIN_STEPS: shorter ones are out while another has enough.
     considered = [c for c in considered if c.steps >= MIN_STEPS] or considered
