@@ -50,6 +50,7 @@ SECTIONS = ("training", "generation", "data")
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
+        allow_abbrev=False,
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="run config of the training path")

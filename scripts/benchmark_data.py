@@ -48,6 +48,7 @@ PYTHON_DEFAULTS = {"vocab_size": 16384, "block_size": 512}  # the Python corpus 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
+        allow_abbrev=False,
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--sizes-mb", type=float, nargs="+", default=[25, 100], help="corpus sizes (MB)")

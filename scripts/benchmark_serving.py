@@ -24,7 +24,7 @@ from minigpt.errors import run_cli
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", help="a chat run folder or model folder (what scripts/serve.py takes)")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="thread counts to compare")
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds (after one warm-up)")

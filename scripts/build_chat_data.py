@@ -127,7 +127,7 @@ __all__ = ["build_chat_data", "conversation", "dialogues", "parse_speeches", "va
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", default="data/tinyshakespeare.txt", help="the play text")
     parser.add_argument("--output", default="data/shakespeare-chat", help="folder for train.jsonl, validation.jsonl")
     parser.add_argument("--validation-fraction", type=float, default=0.1, help="as the base run's data.validation_fraction")

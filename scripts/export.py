@@ -22,6 +22,7 @@ from minigpt.hub.model_argument import add_model_arguments
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
+        allow_abbrev=False,
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add_model_arguments(parser)

@@ -22,7 +22,7 @@ from benchmarks.gpu_check import LIMIT_SECONDS, check, fetch_wheels  # stdlib on
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fetch-wheels", action="store_true", help="download the wheels into .whl/ and stop")
     parser.add_argument("--dry-run", action="store_true", help="toy sizes on the CPU: the code paths, no figures")
     parser.add_argument("--out", type=Path, default=None, help="the report's folder (default: $OUT, else docs/benchmarks)")

@@ -28,6 +28,7 @@ PUBLISH_FORMS = ("auto", "stock", "minigpt")  # as minigpt.hub.publishing, impor
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
+        allow_abbrev=False,
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("source", nargs="?", help="run folder, checkpoint folder or model folder")

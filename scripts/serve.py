@@ -24,6 +24,7 @@ ENGINES = ("transformers", "llama.cpp")
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
+        allow_abbrev=False,
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add_model_arguments(parser)

@@ -31,7 +31,7 @@ SHAPES = ["2x64", "3x96", "4x128", "4x192", "6x256", "8x384"]
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/minigpt-sweep"))
     parser.add_argument("--results", type=Path, required=True, help="JSON lines of the points (appended)")
     parser.add_argument("--corpora", nargs="+", default=["shakespeare", "prose", "code"])

@@ -20,6 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     from minigpt.training.data_cli import add_common_arguments, load_settings
 
     parser = argparse.ArgumentParser(
+        allow_abbrev=False,
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add_common_arguments(parser)

@@ -46,3 +46,25 @@ def test_a_reader_that_leaves_the_pipe_ends_the_script_without_a_traceback():
     process.stdout.close()  # as `head -1` does after its line
     assert process.wait(timeout=60) == 1
     assert process.stderr.read() == b""
+
+
+def test_every_script_refuses_an_abbreviated_option():
+    """argparse's prefix matching would take `--resum` for `--resume` today and for something else
+    once an option is added: every script's parser has allow_abbrev=False, and an abbreviation is
+    the usual one-line usage error (exit 2)."""
+    import ast
+
+    from conftest import REPO_ROOT, load_script
+
+    without = []
+    for path in sorted((REPO_ROOT / "scripts").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "ArgumentParser":
+                keywords = {k.arg: k.value for k in node.keywords}
+                value = keywords.get("allow_abbrev")
+                if not (isinstance(value, ast.Constant) and value.value is False):
+                    without.append(path.name)
+    assert not without, f"parsers that take abbreviations: {without}"
+    with pytest.raises(SystemExit) as exit_info:
+        load_script("train").parse_args(["configs/smoke.yaml", "--resum"])
+    assert exit_info.value.code == 2
