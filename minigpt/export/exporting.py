@@ -1,10 +1,8 @@
 """A MiniGPT model as a stock transformers model, and the folder that loads without remote code.
 
 `to_stock_model` copies the weights into the stock class `choose_architecture` picks and checks on a
-batch that both compute the same logits; `export_stock_folder` writes what `from_pretrained` needs
-(stock config with no `auto_map`, safetensors, tokenizer, generation config) plus a model card, into
-a staging folder that replaces the output folder only when complete. The config and tokenizer files
-carry the keys transformers 4.x reads as well as 5.x's, so both load the same model.
+batch that both compute the same logits; `write_stock_folder` writes the folder (with a model card)
+whole or not at all, with the config and tokenizer keys transformers 4.x reads as well as 5.x's.
 """
 
 from __future__ import annotations
@@ -35,9 +33,7 @@ PORTABLE_TOKENIZER_CLASS = "PreTrainedTokenizerFast"
 # What a decoder's tokenizer returns: 4.x's PreTrainedTokenizerFast adds token_type_ids otherwise,
 # which `generate(**tokenizer(text, return_tensors="pt"))` refuses.
 MODEL_INPUT_NAMES = ["input_ids", "attention_mask"]
-# Sampling keys left out of an exported generation config: saved, every greedy call in transformers
-# 4.x warns that they are ignored; without them generate() is greedy and pipelines sample by their
-# own defaults.
+# Left out of an exported generation config: saved, every greedy call in transformers 4.x warns.
 SAMPLING_KEYS = ("do_sample", "temperature", "top_k", "top_p", "min_p", "typical_p")
 
 
@@ -78,8 +74,7 @@ def to_stock_model(model: MiniGPTForCausalLM, target: str = "auto") -> StockExpo
 
 def save_portable_tokenizer(tokenizer: PreTrainedTokenizerBase, folder: Path) -> None:
     """Save the tokenizer so transformers 4.x loads it too: a class name it knows, special tokens
-    in the keys it reads, no token_type_ids, the chat template in tokenizer_config.json as well as
-    in chat_template.jinja (5.x reads the file first), nothing of how it was loaded."""
+    in the keys it reads, no token_type_ids, the chat template in tokenizer_config.json as well."""
     tokenizer.save_pretrained(folder)
     config_path = folder / "tokenizer_config.json"
     values = json.loads(config_path.read_text(encoding="utf-8"))
@@ -96,13 +91,9 @@ def save_portable_tokenizer(tokenizer: PreTrainedTokenizerBase, folder: Path) ->
 
 
 def add_legacy_rope_keys(config_path: Path) -> None:
-    """Write the rotary settings into `config.json` the way transformers 4.x reads them too.
-
-    5.x keeps them only in `rope_parameters`, which 4.x (4.57 included) ignores: it reads the base
-    from a top-level `rope_theta` (GPT-NeoX: `rotary_emb_base`, with the rotated fraction in
-    `rotary_pct`, default 0.25), 10000 when absent, and any scaling from `rope_scaling`. 5.x loading
-    the folder folds them back into `rope_parameters`: the same model.
-    """
+    """Write the rotary settings into `config.json` the way transformers 4.x reads them too: 4.x ignores
+    `rope_parameters` and reads `rope_theta` (GPT-NeoX: `rotary_emb_base` and `rotary_pct`, default
+    0.25) and `rope_scaling`; 5.x folds them back into `rope_parameters`."""
     values = json.loads(config_path.read_text(encoding="utf-8"))
     rope = values.get("rope_parameters")
     if not isinstance(rope, dict) or "rope_theta" not in rope:
@@ -144,14 +135,10 @@ def portable_generation_config(
 
 
 def write_stock_folder(
-    export: StockExport,
-    tokenizer: PreTrainedTokenizerBase,
-    output_dir: str | os.PathLike,
-    generation_config: GenerationConfig | None = None,
-    source_name: str | None = None,
-    license: str = "apache-2.0",
+    export: StockExport, tokenizer: PreTrainedTokenizerBase, output_dir: str | os.PathLike,
+    generation_config: GenerationConfig | None = None, source_name: str | None = None, license: str = "apache-2.0",
     sampling: dict | None = None,
-) -> Path:
+) -> Path:  # fmt: skip
     """Write `export` with its tokenizer at `output_dir`: replaced whole, or left as it was.
 
     `source_name` (a folder or repo name, no local path) is what the model card says it came from;
@@ -172,26 +159,10 @@ def write_stock_folder(
 
 
 def export_stock_folder(
-    model: MiniGPTForCausalLM,
-    tokenizer: PreTrainedTokenizerBase,
-    output_dir: str | os.PathLike,
-    target: str = "auto",
-    source_name: str | None = None,
-    license: str = "apache-2.0",
-) -> StockExport:
+    model: MiniGPTForCausalLM, tokenizer: PreTrainedTokenizerBase, output_dir: str | os.PathLike, target: str = "auto",
+    source_name: str | None = None, license: str = "apache-2.0",
+) -> StockExport:  # fmt: skip
     """`to_stock_model` then `write_stock_folder`, with the model's own generation config."""
     export = to_stock_model(model, target)  # refusals come before anything is written
     write_stock_folder(export, tokenizer, output_dir, model.generation_config, source_name, license)
     return export
-
-
-__all__ = [
-    "CHECK_TOLERANCE",
-    "StockExport",
-    "add_legacy_rope_keys",
-    "export_stock_folder",
-    "portable_generation_config",
-    "save_portable_tokenizer",
-    "to_stock_model",
-    "write_stock_folder",
-]
