@@ -28,11 +28,6 @@ from .model_card import exported_card_facts, render_model_card
 # the measured differences are 0 (GPT-2) to 4e-6 (rotary families) in fp32.
 CHECK_TOLERANCE = 1e-4
 CHECK_BATCH = (2, 32)  # rows x tokens of the batch the export is checked on (shorter for a short context)
-# The tokenizer class transformers 4.x and 5.x both know (5.x saves its own `TokenizersBackend`).
-PORTABLE_TOKENIZER_CLASS = "PreTrainedTokenizerFast"
-# What a decoder's tokenizer returns: 4.x's PreTrainedTokenizerFast adds token_type_ids otherwise,
-# which `generate(**tokenizer(text, return_tensors="pt"))` refuses.
-MODEL_INPUT_NAMES = ["input_ids", "attention_mask"]
 # Left out of an exported generation config: saved, every greedy call in transformers 4.x warns.
 SAMPLING_KEYS = ("do_sample", "temperature", "top_k", "top_p", "min_p", "typical_p")
 
@@ -78,8 +73,9 @@ def save_portable_tokenizer(tokenizer: PreTrainedTokenizerBase, folder: Path) ->
     tokenizer.save_pretrained(folder)
     config_path = folder / "tokenizer_config.json"
     values = json.loads(config_path.read_text(encoding="utf-8"))
-    values["tokenizer_class"] = PORTABLE_TOKENIZER_CLASS
-    values["model_input_names"] = MODEL_INPUT_NAMES
+    values["tokenizer_class"] = "PreTrainedTokenizerFast"  # known to 4.x and 5.x (5.x saves TokenizersBackend)
+    # 4.x adds token_type_ids otherwise, which `generate(**tokenizer(text, return_tensors="pt"))` refuses
+    values["model_input_names"] = ["input_ids", "attention_mask"]
     for key in LOAD_ONLY_KEYS:
         values.pop(key, None)
     if isinstance(tokenizer.chat_template, str):  # 4.x before chat_template.jinja reads it here
@@ -112,10 +108,8 @@ def portable_generation_config(
 ) -> GenerationConfig:
     """The generation config an exported model carries: no warning in any plain call.
 
-    - Length as `max_new_tokens`, never `max_length`: a saved max_length makes every
-      `generate(max_new_tokens=...)` and pipeline call with one warn that both are set (MiniGPT's
-      own `generate` drops it; a stock class cannot). A config bounded by max_length (MiniGPT's:
-      the context) gets half of it as new tokens, leaving the other half for the prompt.
+    - Length as `max_new_tokens`, never `max_length` (a saved max_length makes every call with
+      max_new_tokens warn): half the max_length or context, leaving the other half for the prompt.
     - No sampling keys (`SAMPLING_KEYS`), but those of `sampling` (a server's defaults).
     - Stops at the end of text and, when the tokenizer has the chat tokens, at `<|im_end|>`.
     """
@@ -139,11 +133,8 @@ def write_stock_folder(
     generation_config: GenerationConfig | None = None, source_name: str | None = None, license: str = "apache-2.0",
     sampling: dict | None = None,
 ) -> Path:  # fmt: skip
-    """Write `export` with its tokenizer at `output_dir`: replaced whole, or left as it was.
-
-    `source_name` (a folder or repo name, no local path) is what the model card says it came from;
-    `sampling`: generation config keys that make it sample by default (`portable_generation_config`).
-    """
+    """Write `export` with its tokenizer at `output_dir`: replaced whole, or left as it was. `source_name`
+    (no local path) is what the card says it came from; `sampling`: generation config keys to sample by default."""
     generation_config = generation_config or export.model.generation_config
     context = export.model.config.max_position_embeddings
     with atomic_output_dir(output_dir) as staging:

@@ -180,9 +180,8 @@ def _add_tokenizer(
     # MiniGPT's tokenizer adds no special tokens to a text: llama.cpp must not prepend BOS either.
     writer.add_add_bos_token(False)
     writer.add_add_eos_token(False)
-    # A chat model: `<|im_end|>` is the end-of-turn token (llama.cpp stops at every end-of-generation
-    # token: eos and eot), and the template is ChatML's without the {% generation %} markers, which
-    # llama.cpp's Jinja does not know; llama.cpp's chat completion applies it.
+    # A chat model: `<|im_end|>` is the end-of-turn token llama.cpp stops at, and the template loses the
+    # {% generation %} markers llama.cpp's Jinja does not know.
     end_of_turn = end_of_turn_id(tokenizer)
     if end_of_turn is not None:
         writer.add_eot_token_id(end_of_turn)

@@ -46,8 +46,7 @@ class CardFacts:
     model_config: dict[str, Any]  # config.json (of the MiniGPT model, when a stock form computes it)
     num_parameters: int
     license: str
-    # The stock transformers class the model comes as (None: MiniGPT's own, remote code).
-    stock_class: str | None = None
+    stock_class: str | None = None  # the stock transformers class it comes as (None: MiniGPT's own, remote code)
     load_from: str | None = None  # what the usage snippet loads; None: `repo_id`, from a hub folder
     logit_check: float | None = None  # max |logits - MiniGPT's| of the stock form on a check batch, fp32
     exported_from: str | None = None  # the MiniGPT model an exported folder came from (a folder or repo name)
@@ -287,8 +286,7 @@ def _usage(facts: CardFacts) -> list[str]:
     name = facts.load_from or facts.repo_id
     # AutoTokenizer reads config.json (which may name the model's code) first: trusted, it does not ask.
     trust = "" if facts.stock_class else ", trust_remote_code=True"
-    # The stock form's generation config holds no sampling and half the context as new tokens
-    # (minigpt.export.exporting.portable_generation_config); MiniGPT's form the run's.
+    # as exporting.portable_generation_config writes it for the stock form
     defaults = "greedy, half the context" if facts.stock_class else "the run's sampling, up to the context"
     chat = (
         '\nmessages = [{"role": "user", "content": "Who art thou?"}]  # ChatML: the tokenizer\'s chat template\n'
@@ -343,9 +341,8 @@ def count_parameters(weights: Path) -> int:
 
 
 def read_run_facts(run_dir: Path | None, model_dir: Path) -> dict[str, Any]:
-    """CardFacts' `metrics` and `metrics_step` (the latest validation record training logged, in the
-    run's metrics.jsonl and summary.json or a checkpoint's trainer_state.json), `base_metrics` (those
-    logged at step 0, when a run evaluates its base model first) and `segments` (`read_segments`)."""
+    """CardFacts' `metrics` and `metrics_step` (the latest validation record in metrics.jsonl, summary.json
+    or trainer_state.json), `base_metrics` (those logged at step 0) and `segments` (`read_segments`)."""
     records: list[Mapping[str, Any]] = []
     for folder in [d for d in (run_dir, model_dir) if d is not None]:
         records += read_log_records(folder / METRICS_FILE)

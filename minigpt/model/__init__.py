@@ -21,8 +21,7 @@ _LAZY_EXPORTS = {
 
 
 def register_auto_classes() -> None:
-    """Register MiniGPT with the Auto classes and for remote code (idempotent; done when a class is
-    first taken from this package)."""
+    """Register MiniGPT with the Auto classes and for remote code (idempotent)."""
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
     from .configuration_minigpt import MiniGPTConfig

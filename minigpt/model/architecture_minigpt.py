@@ -17,9 +17,7 @@ class Option:
     that only some configs keep as an attribute (rope_parameters)."""
 
     name: str
-    # A type object (`int | None`), not a string, so that any class declaring it resolves its type
-    # hints (the run config types its overrides by them) without the namespace of this file.
-    annotation: Any
+    annotation: Any  # a type object, not a string: a class declaring it resolves its hints without this file
     default: Any
     doc: str
     keyword: bool = False
@@ -30,11 +28,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("hidden_size", int, 128, "width of the residual stream"),
     Option("num_hidden_layers", int, 4, "transformer blocks"),
     Option("num_attention_heads", int, 4, "heads per attention layer; must divide hidden_size"),
-    # None means 4 * hidden_size for the standard MLP (GPT-2) and 8/3 * hidden_size rounded up to a
-    # multiple of 32 for the gated one (the same parameter count, as in Llama): default_intermediate_size.
+    # None: default_intermediate_size
     Option("intermediate_size", int | None, None, "MLP width; None: 4 * hidden_size (standard), ~8/3 * (gated)"),
-    # Learned positions end here (a longer input is an error); rotary positions past it run
-    # (extrapolation, or the extension `rope_parameters` scaling gives), as in Llama.
+    # Learned positions end here (a longer input is an error); rotary positions past it run, as in Llama.
     Option("max_position_embeddings", int, 256, "the context: longest sequence (prompt + generated) it takes"),
     Option("position_embedding_type", str, "learned", '"learned" (GPT-2) or "rope" (rotary, RoFormer)'),
     # {"rope_type": "default" | "linear" | "yarn" | ..., "rope_theta": base, "factor": ...}; None: plain RoPE,
@@ -42,8 +38,7 @@ OPTIONS: tuple[Option, ...] = (
     # "rope_parameters")`, so only a rotary config keeps the attribute.
     Option("rope_parameters", dict | None, None, "rotary settings in transformers' format", keyword=True),
     Option("hidden_act", str, "gelu_pytorch_tanh", "MLP activation, any name in transformers' ACT2FN"),
-    # "standard": act(x W_fc) W_proj (GPT-2); "gated": (act(x W_gate) * x W_up) W_proj, SwiGLU with
-    # hidden_act "silu" (Shazeer 2020, as in Llama), GeGLU with "gelu".
+    # "gated": (act(x W_gate) * x W_up) W_proj, SwiGLU with silu (Shazeer 2020), GeGLU with gelu.
     Option("mlp_type", str, "standard", '"standard" (GPT-2) or "gated": SwiGLU with hidden_act silu (Llama)'),
     Option("norm_type", str, "layernorm", '"layernorm" (GPT-2) or "rmsnorm" (Zhang & Sennrich 2019, Llama)'),
     Option("qk_norm", bool, False, "RMSNorm on each head's queries and keys before rotary (Qwen3, OLMo 2)"),
@@ -51,8 +46,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("attention_dropout", float, 0.0, "dropout on attention probabilities"),
     Option("bias", bool, True, "biases in linear layers and layer norms (False is faster, as in nanoGPT)"),
     Option("layer_norm_epsilon", float, 1e-5, "epsilon of every norm (LayerNorm, RMSNorm, QK-norm)"),
-    # The attention and MLP output projections get initializer_range / sqrt(2 * num_hidden_layers), as
-    # GPT-2's, so the residual stream's variance does not grow with depth.
+    # The residual projections get initializer_range / sqrt(2 * num_hidden_layers) (GPT-2).
     Option("initializer_range", float, 0.02, "std of the normal init of matrices and embeddings (GPT-2)"),
     Option("tie_word_embeddings", bool, True, "share the input embedding with the output head"),
     Option("use_cache", bool, True, "return a KV cache from forward when generating"),

@@ -39,9 +39,7 @@ class MiniGPTConfig(PretrainedConfig):
             self.intermediate_size = default_intermediate_size(self.hidden_size, self.mlp_type)
         rope_parameters = kwargs.pop("rope_parameters", None)
         if self.position_embedding_type == "rope":
-            # Set before transformers' __post_init__, which then standardises it in place (rope_type and
-            # rope_theta filled in, a legacy top-level rope_theta or rope_scaling moved in): a copy, so
-            # the caller's dict is not changed.
+            # A copy (the caller's dict unchanged), set before transformers' __post_init__ standardises it
             self.rope_parameters = copy.deepcopy(rope_parameters)
         else:
             drop_plain_rope_settings(rope_parameters, kwargs)

@@ -99,11 +99,8 @@ class MiniGPTRotaryEmbedding(nn.Module):
 
 
 def rotary_tables(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B or 1, T, hs) cos/sin -> the (B or 1, 1, T, hs) cos and signed sin that `apply_rotary` takes.
-
-    rotate_half(x) sin = (x2, x1) * (-sin1, sin2): the sign goes onto this small table once per
-    forward instead of onto each layer's queries and keys.
-    """
+    """(B or 1, T, hs) cos/sin -> the (B or 1, 1, T, hs) cos and signed sin that `apply_rotary` takes:
+    rotate_half(x) sin = (x2, x1) * (-sin1, sin2), the sign put on this small table once per forward."""
     half = sin.shape[-1] // 2
     signed_sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
     return cos.unsqueeze(1), signed_sin.unsqueeze(1)  # broadcast over heads
@@ -122,11 +119,8 @@ def dropout_or_identity(p: float) -> nn.Module:
 
 
 class MiniGPTRMSNorm(nn.Module):
-    """Root-mean-square norm (Zhang & Sennrich 2019): x / rms(x) * weight, no mean, no bias.
-
-    Llama's formula op for op (statistics in fp32, cast back before the weight), so it equals
-    `LlamaRMSNorm` and `Qwen3RMSNorm` bit for bit and a model exports exactly.
-    """
+    """Root-mean-square norm (Zhang & Sennrich 2019): x / rms(x) * weight, no mean, no bias. Llama's
+    formula op for op (fp32 statistics), so it equals `LlamaRMSNorm` and `Qwen3RMSNorm` bit for bit."""
 
     def __init__(self, hidden_size: int, eps: float):
         super().__init__()
