@@ -1,10 +1,9 @@
 """Stock transformers families that compute a MiniGPT model exactly, in the order `auto` prefers.
 
-The order is how widely each runs (transformers 4.x and 5.x, vLLM, TGI, llama.cpp): Llama, GPT-2,
-GPT-NeoX, Qwen3 (transformers >= 4.51), Starcoder2. Each family is data: the MiniGPT options it
-fixes, its config fields under MiniGPT's names, and where each MiniGPT module's weights go. MiniGPT's
-fused projections split into equal row blocks: `c_attn` (3C, C) into q, k, v; a gated `c_fc` (2I, C)
-into gate, up. A bias one side has and the other lacks is zero (MiniGPT's `bias=False`).
+The order is how widely each runs (transformers 4.x and 5.x, vLLM, TGI, llama.cpp). Each family is
+data: the MiniGPT options it fixes, its config fields, and where each module's weights go. Fused
+projections split into equal row blocks: `c_attn` (3C, C) into q, k, v; a gated `c_fc` (2I, C) into
+gate, up. A bias one side has and the other lacks is zero (MiniGPT's `bias=False`).
 """
 
 from __future__ import annotations
@@ -24,29 +23,17 @@ from .targets import STOCK_TARGETS, TARGETS
 Weights = dict[str, torch.Tensor]
 # Config fields every family but GPT-2 names as MiniGPT does (GPT-2's attribute_map covers four of them).
 SHARED_FIELDS = (
-    "vocab_size",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "intermediate_size",
-    "max_position_embeddings",
-    "hidden_act",
-    "initializer_range",
-    "tie_word_embeddings",
-    "bos_token_id",
-    "eos_token_id",
-    "pad_token_id",
-)
+    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+    "max_position_embeddings", "hidden_act", "initializer_range", "tie_word_embeddings", "bos_token_id",
+    "eos_token_id", "pad_token_id",
+)  # fmt: skip
 ROTARY_NEEDS = dict(position_embedding_type="rope", norm_type="layernorm", mlp_type="standard", qk_norm=False)
 LLAMA_NEEDS = dict(ROTARY_NEEDS, norm_type="rmsnorm", mlp_type="gated")
 LLAMA_LAYER = {
-    "ln_1": ("input_layernorm",),
-    "ln_2": ("post_attention_layernorm",),
-    "attn.c_attn": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
-    "attn.c_proj": ("self_attn.o_proj",),
-    "mlp.c_fc": ("mlp.gate_proj", "mlp.up_proj"),
-    "mlp.c_proj": ("mlp.down_proj",),
-}
+    "ln_1": ("input_layernorm",), "ln_2": ("post_attention_layernorm",),
+    "attn.c_attn": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), "attn.c_proj": ("self_attn.o_proj",),
+    "mlp.c_fc": ("mlp.gate_proj", "mlp.up_proj"), "mlp.c_proj": ("mlp.down_proj",),
+}  # fmt: skip
 LLAMA_GLOBALS = {"transformer.wte": "model.embed_tokens", "transformer.ln_f": "model.norm"}
 TANH_GELU = ("gelu_pytorch_tanh", "gelu_new", "gelu_fast")  # ggml's GELU; "gelu" (erf) is another function
 
@@ -74,12 +61,12 @@ class StockArchitecture:
         return AutoConfig.for_model(self.name, **values, **self.extra(config), use_cache=True)
 
     def minigpt_kwargs(self, stock: PretrainedConfig) -> dict[str, Any]:
-        """MiniGPTConfig keyword arguments (all but `bias`) for `stock`, or ExportError naming what stands in the way."""
+        """MiniGPTConfig keyword arguments (all but `bias`) for `stock`; ExportError naming what stands in the way."""
         heads, rope = stock.num_attention_heads, getattr(stock, "rope_parameters", None) or {}
         window = getattr(stock, "sliding_window", None)
         checks = [
             *self.stock_checks,
-            ("num_key_value_heads", heads, "MiniGPT has no grouped-query attention (one key/value head per query head)"),
+            ("num_key_value_heads", heads, "MiniGPT has no grouped-query attention (a key/value head per query head)"),
             ("head_dim", stock.hidden_size // heads, "MiniGPT's head size is hidden_size / num_attention_heads"),
             ("partial_rotary_factor", 1.0, "MiniGPT rotates the whole head"),
             ("sliding_window", None, "MiniGPT attends to the whole context"),
@@ -111,7 +98,8 @@ class StockArchitecture:
         names = {ours: (theirs,) for ours, theirs in self.globals.items()}
         names["lm_head"] = ("lm_head",)
         for i in range(layers):
-            names |= {f"transformer.h.{i}.{o}": tuple(f"{self.blocks}.{i}.{t}" for t in ts) for o, ts in self.layer.items()}
+            for ours, theirs in self.layer.items():
+                names[f"transformer.h.{i}.{ours}"] = tuple(f"{self.blocks}.{i}.{name}" for name in theirs)
         return names
 
 
@@ -210,8 +198,9 @@ FAMILIES = (
              attention_dropout="attention_dropout"),
         neox_extra,
         "gpt_neox.layers",
-        {"ln_1": ("input_layernorm",), "ln_2": ("post_attention_layernorm",), "attn.c_attn": ("attention.query_key_value",),
-         "attn.c_proj": ("attention.dense",), "mlp.c_fc": ("mlp.dense_h_to_4h",), "mlp.c_proj": ("mlp.dense_4h_to_h",)},
+        {"ln_1": ("input_layernorm",), "ln_2": ("post_attention_layernorm",),
+         "attn.c_attn": ("attention.query_key_value",), "attn.c_proj": ("attention.dense",),
+         "mlp.c_fc": ("mlp.dense_h_to_4h",), "mlp.c_proj": ("mlp.dense_4h_to_h",)},
         {"transformer.wte": "gpt_neox.embed_in", "transformer.ln_f": "gpt_neox.final_layer_norm"},
         stock_checks=(("use_parallel_residual", False, "MiniGPT's blocks add attention, then the MLP, in sequence"),),
         layout=per_head,
@@ -220,7 +209,8 @@ FAMILIES = (
         "qwen3",
         dict(LLAMA_NEEDS, qk_norm=True, bias=False),
         LLAMA_FIELDS,
-        lambda c: dict(llama_extra(c), use_sliding_window=False, sliding_window=None, max_window_layers=c.num_hidden_layers),
+        lambda c: dict(llama_extra(c), use_sliding_window=False, sliding_window=None,
+                       max_window_layers=c.num_hidden_layers),
         "model.layers",
         dict(LLAMA_LAYER, **{"attn.q_norm": ("self_attn.q_norm",), "attn.k_norm": ("self_attn.k_norm",)}),
         LLAMA_GLOBALS,
@@ -246,17 +236,16 @@ assert tuple(STOCK_ARCHITECTURES) == STOCK_TARGETS, "targets.py lists the famili
 
 
 def choose_architecture(config: MiniGPTConfig, target: str = "auto") -> StockArchitecture:
-    """The stock family `target` names, or for "auto" the most widely supported exact one.
-
-    Raises ExportError with one line naming the option that stands in the way.
-    """
+    """The stock family `target` names, or for "auto" the most widely supported exact one; ExportError
+    naming the option that stands in the way."""
     if target != "auto":
         if target not in STOCK_ARCHITECTURES:
             raise ExportError(f"unknown architecture {target!r}; choose one of {', '.join(TARGETS)}")
         unmet = STOCK_ARCHITECTURES[target].unmet(config)
         if unmet:
             (option, value), *_ = unmet
-            raise ExportError(f"cannot export to {target}: {option}={getattr(config, option)!r}: {target} needs {value!r}")
+            ours = getattr(config, option)
+            raise ExportError(f"cannot export to {target}: {option}={ours!r}: {target} needs {value!r}")
         return STOCK_ARCHITECTURES[target]
     unmet = {family: family.unmet(config) for family in FAMILIES}
     exact = [family for family, missing in unmet.items() if not missing]
@@ -272,24 +261,10 @@ def choose_architecture(config: MiniGPTConfig, target: str = "auto") -> StockArc
 
 
 def to_stock_weights(family: StockArchitecture, config: MiniGPTConfig, weights: Weights) -> Weights:
-    heads = config.num_attention_heads
-    layout = family.layout and partial(family.layout, heads=heads, to_stock=True)
+    layout = family.layout and partial(family.layout, heads=config.num_attention_heads, to_stock=True)
     return rename(weights, family.modules(config.num_hidden_layers), layout)
 
 
 def from_stock_weights(family: StockArchitecture, stock: PretrainedConfig, weights: Weights) -> Weights:
-    heads = stock.num_attention_heads
-    layout = family.layout and partial(family.layout, heads=heads, to_stock=False)
+    layout = family.layout and partial(family.layout, heads=stock.num_attention_heads, to_stock=False)
     return unrename(weights, family.modules(stock.num_hidden_layers), layout)
-
-
-__all__ = [
-    "STOCK_ARCHITECTURES",
-    "TANH_GELU",
-    "StockArchitecture",
-    "choose_architecture",
-    "from_stock_weights",
-    "load_with_zero_biases",
-    "rename",
-    "to_stock_weights",
-]

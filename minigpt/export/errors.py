@@ -7,6 +7,3 @@ from ..errors import MiniGPTUserError
 
 class ExportError(MiniGPTUserError):
     """The model cannot be written in (or read from) the asked format exactly: one line saying why."""
-
-
-__all__ = ["ExportError"]

@@ -1,10 +1,8 @@
 """A MiniGPT model as a stock transformers model, and the folder that loads without remote code.
 
 `to_stock_model` copies the weights into the stock class `choose_architecture` picks and checks on a
-batch that both compute the same logits; `export_stock_folder` writes what `from_pretrained` needs
-(stock config with no `auto_map`, safetensors, tokenizer, generation config) plus a model card, into
-a staging folder that replaces the output folder only when complete. The config and tokenizer files
-carry the keys transformers 4.x reads as well as 5.x's, so both load the same model.
+batch that both compute the same logits; `write_stock_folder` writes the folder (with a model card)
+whole or not at all, with the config and tokenizer keys transformers 4.x reads as well as 5.x's.
 """
 
 from __future__ import annotations
@@ -30,14 +28,7 @@ from .model_card import exported_card_facts, render_model_card
 # the measured differences are 0 (GPT-2) to 4e-6 (rotary families) in fp32.
 CHECK_TOLERANCE = 1e-4
 CHECK_BATCH = (2, 32)  # rows x tokens of the batch the export is checked on (shorter for a short context)
-# The tokenizer class transformers 4.x and 5.x both know (5.x saves its own `TokenizersBackend`).
-PORTABLE_TOKENIZER_CLASS = "PreTrainedTokenizerFast"
-# What a decoder's tokenizer returns: 4.x's PreTrainedTokenizerFast adds token_type_ids otherwise,
-# which `generate(**tokenizer(text, return_tensors="pt"))` refuses.
-MODEL_INPUT_NAMES = ["input_ids", "attention_mask"]
-# Sampling keys left out of an exported generation config: saved, every greedy call in transformers
-# 4.x warns that they are ignored; without them generate() is greedy and pipelines sample by their
-# own defaults.
+# Left out of an exported generation config: saved, every greedy call in transformers 4.x warns.
 SAMPLING_KEYS = ("do_sample", "temperature", "top_k", "top_p", "min_p", "typical_p")
 
 
@@ -78,13 +69,13 @@ def to_stock_model(model: MiniGPTForCausalLM, target: str = "auto") -> StockExpo
 
 def save_portable_tokenizer(tokenizer: PreTrainedTokenizerBase, folder: Path) -> None:
     """Save the tokenizer so transformers 4.x loads it too: a class name it knows, special tokens
-    in the keys it reads, no token_type_ids, the chat template in tokenizer_config.json as well as
-    in chat_template.jinja (5.x reads the file first), nothing of how it was loaded."""
+    in the keys it reads, no token_type_ids, the chat template in tokenizer_config.json as well."""
     tokenizer.save_pretrained(folder)
     config_path = folder / "tokenizer_config.json"
     values = json.loads(config_path.read_text(encoding="utf-8"))
-    values["tokenizer_class"] = PORTABLE_TOKENIZER_CLASS
-    values["model_input_names"] = MODEL_INPUT_NAMES
+    values["tokenizer_class"] = "PreTrainedTokenizerFast"  # known to 4.x and 5.x (5.x saves TokenizersBackend)
+    # 4.x adds token_type_ids otherwise, which `generate(**tokenizer(text, return_tensors="pt"))` refuses
+    values["model_input_names"] = ["input_ids", "attention_mask"]
     for key in LOAD_ONLY_KEYS:
         values.pop(key, None)
     if isinstance(tokenizer.chat_template, str):  # 4.x before chat_template.jinja reads it here
@@ -96,13 +87,9 @@ def save_portable_tokenizer(tokenizer: PreTrainedTokenizerBase, folder: Path) ->
 
 
 def add_legacy_rope_keys(config_path: Path) -> None:
-    """Write the rotary settings into `config.json` the way transformers 4.x reads them too.
-
-    5.x keeps them only in `rope_parameters`, which 4.x (4.57 included) ignores: it reads the base
-    from a top-level `rope_theta` (GPT-NeoX: `rotary_emb_base`, with the rotated fraction in
-    `rotary_pct`, default 0.25), 10000 when absent, and any scaling from `rope_scaling`. 5.x loading
-    the folder folds them back into `rope_parameters`: the same model.
-    """
+    """Write the rotary settings into `config.json` the way transformers 4.x reads them too: 4.x ignores
+    `rope_parameters` and reads `rope_theta` (GPT-NeoX: `rotary_emb_base` and `rotary_pct`, default
+    0.25) and `rope_scaling`; 5.x folds them back into `rope_parameters`."""
     values = json.loads(config_path.read_text(encoding="utf-8"))
     rope = values.get("rope_parameters")
     if not isinstance(rope, dict) or "rope_theta" not in rope:
@@ -121,10 +108,8 @@ def portable_generation_config(
 ) -> GenerationConfig:
     """The generation config an exported model carries: no warning in any plain call.
 
-    - Length as `max_new_tokens`, never `max_length`: a saved max_length makes every
-      `generate(max_new_tokens=...)` and pipeline call with one warn that both are set (MiniGPT's
-      own `generate` drops it; a stock class cannot). A config bounded by max_length (MiniGPT's:
-      the context) gets half of it as new tokens, leaving the other half for the prompt.
+    - Length as `max_new_tokens`, never `max_length` (a saved max_length makes every call with
+      max_new_tokens warn): half the max_length or context, leaving the other half for the prompt.
     - No sampling keys (`SAMPLING_KEYS`), but those of `sampling` (a server's defaults).
     - Stops at the end of text and, when the tokenizer has the chat tokens, at `<|im_end|>`.
     """
@@ -144,19 +129,12 @@ def portable_generation_config(
 
 
 def write_stock_folder(
-    export: StockExport,
-    tokenizer: PreTrainedTokenizerBase,
-    output_dir: str | os.PathLike,
-    generation_config: GenerationConfig | None = None,
-    source_name: str | None = None,
-    license: str = "apache-2.0",
+    export: StockExport, tokenizer: PreTrainedTokenizerBase, output_dir: str | os.PathLike,
+    generation_config: GenerationConfig | None = None, source_name: str | None = None, license: str = "apache-2.0",
     sampling: dict | None = None,
-) -> Path:
-    """Write `export` with its tokenizer at `output_dir`: replaced whole, or left as it was.
-
-    `source_name` (a folder or repo name, no local path) is what the model card says it came from;
-    `sampling`: generation config keys that make it sample by default (`portable_generation_config`).
-    """
+) -> Path:  # fmt: skip
+    """Write `export` with its tokenizer at `output_dir`: replaced whole, or left as it was. `source_name`
+    (no local path) is what the card says it came from; `sampling`: generation config keys to sample by default."""
     generation_config = generation_config or export.model.generation_config
     context = export.model.config.max_position_embeddings
     with atomic_output_dir(output_dir) as staging:
@@ -172,26 +150,10 @@ def write_stock_folder(
 
 
 def export_stock_folder(
-    model: MiniGPTForCausalLM,
-    tokenizer: PreTrainedTokenizerBase,
-    output_dir: str | os.PathLike,
-    target: str = "auto",
-    source_name: str | None = None,
-    license: str = "apache-2.0",
-) -> StockExport:
+    model: MiniGPTForCausalLM, tokenizer: PreTrainedTokenizerBase, output_dir: str | os.PathLike, target: str = "auto",
+    source_name: str | None = None, license: str = "apache-2.0",
+) -> StockExport:  # fmt: skip
     """`to_stock_model` then `write_stock_folder`, with the model's own generation config."""
     export = to_stock_model(model, target)  # refusals come before anything is written
     write_stock_folder(export, tokenizer, output_dir, model.generation_config, source_name, license)
     return export
-
-
-__all__ = [
-    "CHECK_TOLERANCE",
-    "StockExport",
-    "add_legacy_rope_keys",
-    "export_stock_folder",
-    "portable_generation_config",
-    "save_portable_tokenizer",
-    "to_stock_model",
-    "write_stock_folder",
-]

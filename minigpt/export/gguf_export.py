@@ -1,18 +1,15 @@
 """A MiniGPT model and its tokenizer as one GGUF file that llama.cpp (and everything built on it) runs.
 
-llama.cpp has no generic graph: each architecture (`general.architecture`) is a hand-written C++ graph
-with its norm, MLP and rotary convention fixed. So a MiniGPT config goes to the one architecture whose
-graph computes the same function, and anything no graph computes is refused by name:
+llama.cpp has a hand-written graph per architecture, so a MiniGPT config goes to the one whose graph
+computes the same function, and anything no graph computes is refused by name:
 
     learned positions, LayerNorm, tanh-GELU MLP                -> gpt2
     rotary, LayerNorm, tanh-GELU MLP                           -> starcoder2
     rotary, RMSNorm, SiLU-gated MLP                            -> llama
     rotary, RMSNorm, SiLU-gated MLP, QK-norm, no biases        -> qwen3
 
-Weights keep MiniGPT's values under llama.cpp's tensor names (those of the `gguf` package, which
-llama.cpp's own converter uses); ggml's shapes are numpy's reversed, so an `nn.Linear` weight (out, in)
-is stored as it is and read as ne = {in, out}, llama.cpp's layout. The byte-level BPE goes in whole
-(`tokenizer.ggml.model = "gpt2"`), so the file needs nothing beside it.
+Weights keep MiniGPT's values under the `gguf` package's tensor names (ggml's shapes are numpy's
+reversed, so an `nn.Linear` weight (out, in) is read as ne = {in, out}); the byte-level BPE goes in whole.
 """
 
 from __future__ import annotations
@@ -33,10 +30,9 @@ from .errors import ExportError
 from .exporting import state_dict_of
 from .targets import GGUF_DTYPES
 
-# The pre-tokenizer llama.cpp applies for `tokenizer.ggml.pre = "gpt-2"`: GPT-2's regex, which is what
-# `tokenizers`' ByteLevel(use_regex=True) splits with (MiniGPT's tokenizer, minigpt/data/tokenizer.py).
-GPT2_PRE_TOKENIZER = "gpt-2"
-FILE_TYPES = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}
+FILE_TYPES = {
+    "f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0
+}  # fmt: skip
 T = gguf.MODEL_TENSOR
 
 
@@ -45,11 +41,8 @@ def _refuse(option: str, value: object, reason: str) -> ExportError:
 
 
 def gguf_architecture(config: MiniGPTConfig) -> str:
-    """The llama.cpp architecture whose graph is exactly MiniGPT's for `config`: chosen by the
-    positions and the norm (and QK-norm), then every other option that graph fixes is checked.
-
-    Raises `ExportError` with one line naming the first option no llama.cpp graph computes.
-    """
+    """The llama.cpp architecture whose graph is exactly MiniGPT's for `config`, chosen by the positions
+    and the norm (and QK-norm); `ExportError` naming the first option no llama.cpp graph computes."""
     if config.position_embedding_type != "rope":
         arch = "gpt2"
     elif config.norm_type == "layernorm":
@@ -57,33 +50,26 @@ def gguf_architecture(config: MiniGPTConfig) -> str:
     else:
         arch = "qwen3" if config.qk_norm else "llama"
     family = STOCK_ARCHITECTURES[arch]
-    for option, value in family.needs.items():
-        if getattr(config, option) != value:
-            raise _refuse(option, getattr(config, option), f"llama.cpp's {arch} graph needs {option}={value!r}")
+    for option, value in family.unmet(config):
+        raise _refuse(option, getattr(config, option), f"llama.cpp's {arch} graph needs {option}={value!r}")
     if config.hidden_act not in family.gguf_acts:
-        raise _refuse("hidden_act", config.hidden_act, f"llama.cpp's {arch} graph computes {', '.join(family.gguf_acts)} only")
+        reason = f"llama.cpp's {arch} graph computes {', '.join(family.gguf_acts)} only"
+        raise _refuse("hidden_act", config.hidden_act, reason)
     rope_type = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
     if rope_type not in ("default", "linear"):
-        raise _refuse(
-            "rope_parameters['rope_type']",
-            rope_type,
-            "llama.cpp scales rotary positions exactly as transformers for 'default' and 'linear' only",
-        )
+        reason = "llama.cpp scales rotary positions exactly as transformers for 'default' and 'linear' only"
+        raise _refuse("rope_parameters['rope_type']", rope_type, reason)
     return arch
 
 
 def write_gguf(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    path: str | os.PathLike,
-    dtype: str = "f32",
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: str | os.PathLike, dtype: str = "f32"
 ) -> str:
-    """Write `model` (a MiniGPTForCausalLM) and its byte-level BPE `tokenizer` as one GGUF file at `path`.
+    """Write `model` (a MiniGPTForCausalLM) and its byte-level BPE `tokenizer` as one GGUF file at `path`,
+    whole or not at all; return the llama.cpp architecture written (`gguf_architecture`).
 
-    `dtype`: "f32" (exact), "f16", or "q8_0" (llama.cpp's 8-bit blocks of 32 values; a matrix whose rows
-    are not a multiple of 32 long falls back to f16, as llama.cpp's converter does). Norms, biases and
-    learned positions stay f32 in every case. The file appears whole or not at all (written beside
-    `path`, then renamed). Returns the llama.cpp architecture written (`gguf_architecture`).
+    `dtype`: "f32" (exact), "f16", or "q8_0" (a matrix whose rows are not a multiple of 32 long falls
+    back to f16, as llama.cpp's converter does); norms, biases and learned positions stay f32.
     """
     if dtype not in GGUF_DTYPES:
         raise _refuse("dtype", dtype, f"GGUF export writes one of {', '.join(GGUF_DTYPES)}")
@@ -135,36 +121,22 @@ def _add_hyperparameters(writer: gguf.GGUFWriter, config: MiniGPTConfig, arch: s
         writer.add_rope_scaling_factor(float(rope["factor"]))
 
 
-def _vocabulary(
-    tokenizer: PreTrainedTokenizerBase, vocab_size: int
-) -> tuple[list[str], list[int], list[str]]:
-    """Tokens by id (padded to the model's vocab_size), their llama.cpp types, and the BPE merges.
-
-    Refuses a tokenizer llama.cpp's gpt2 tokenizer would split differently: llama.cpp re-implements
-    byte-level BPE with GPT-2's regex and no normalizer, so only that exact pipeline carries over.
-    """
+def _vocabulary(tokenizer: PreTrainedTokenizerBase, vocab_size: int) -> tuple[list[str], list[int], list[str]]:
+    """Tokens by id (padded to the model's vocab_size), their llama.cpp types, and the BPE merges;
+    refuses a tokenizer llama.cpp's gpt2 tokenizer (GPT-2's regex, no normalizer) would split differently."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
-        raise _refuse(
-            "tokenizer", type(tokenizer).__name__, "GGUF export needs a fast (tokenizers) tokenizer"
-        )
+        raise _refuse("tokenizer", type(tokenizer).__name__, "GGUF export needs a fast (tokenizers) tokenizer")
     spec = json.loads(backend.to_str())
     bpe = spec["model"]
     if bpe.get("type") != "BPE" or bpe.get("byte_fallback") or bpe.get("ignore_merges"):
-        raise _refuse(
-            "tokenizer.model", bpe.get("type"), "llama.cpp's gpt2 tokenizer is a plain byte-level BPE"
-        )
+        raise _refuse("tokenizer.model", bpe.get("type"), "llama.cpp's gpt2 tokenizer is a plain byte-level BPE")
     pre = spec.get("pre_tokenizer") or {}
     if pre.get("type") != "ByteLevel" or pre.get("add_prefix_space") or not pre.get("use_regex", True):
-        raise _refuse(
-            "tokenizer.pre_tokenizer",
-            pre.get("type"),
-            "llama.cpp's 'gpt-2' pre-tokenizer is ByteLevel with GPT-2's regex and no prefix space",
-        )
+        reason = "llama.cpp's 'gpt-2' pre-tokenizer is ByteLevel with GPT-2's regex and no prefix space"
+        raise _refuse("tokenizer.pre_tokenizer", pre.get("type"), reason)
     if spec.get("normalizer") is not None:
-        raise _refuse(
-            "tokenizer.normalizer", spec["normalizer"].get("type"), "llama.cpp's gpt2 tokenizer has none"
-        )
+        raise _refuse("tokenizer.normalizer", spec["normalizer"].get("type"), "llama.cpp's gpt2 tokenizer has none")
 
     vocab = backend.get_vocab(with_added_tokens=True)  # {token: id}
     if len(vocab) > vocab_size:
@@ -190,14 +162,11 @@ def _vocabulary(
 
 
 def _add_tokenizer(
-    writer: gguf.GGUFWriter,
-    tokenizer: PreTrainedTokenizerBase,
-    tokens: list[str],
-    token_types: list[int],
+    writer: gguf.GGUFWriter, tokenizer: PreTrainedTokenizerBase, tokens: list[str], token_types: list[int],
     merges: list[str],
 ) -> None:
     writer.add_tokenizer_model("gpt2")  # byte-level BPE
-    writer.add_tokenizer_pre(GPT2_PRE_TOKENIZER)
+    writer.add_tokenizer_pre("gpt-2")  # GPT-2's regex: what ByteLevel(use_regex=True) splits with
     writer.add_token_list(tokens)
     writer.add_token_types(token_types)
     writer.add_token_merges(merges)
@@ -211,9 +180,8 @@ def _add_tokenizer(
     # MiniGPT's tokenizer adds no special tokens to a text: llama.cpp must not prepend BOS either.
     writer.add_add_bos_token(False)
     writer.add_add_eos_token(False)
-    # A chat model: `<|im_end|>` is the end-of-turn token (llama.cpp stops at every end-of-generation
-    # token: eos and eot), and the template is ChatML's without the {% generation %} markers, which
-    # llama.cpp's Jinja does not know; llama.cpp's chat completion applies it.
+    # A chat model: `<|im_end|>` is the end-of-turn token llama.cpp stops at, and the template loses the
+    # {% generation %} markers llama.cpp's Jinja does not know.
     end_of_turn = end_of_turn_id(tokenizer)
     if end_of_turn is not None:
         writer.add_eot_token_id(end_of_turn)
@@ -224,10 +192,8 @@ def _add_tokenizer(
 def _llama_rotary_order(module: str, weight: torch.Tensor, heads: int) -> torch.Tensor:
     """Reorder c_attn's q and k rows from rotate_half pairs (i, i + hs/2) to interleaved pairs (2i, 2i + 1).
 
-    llama.cpp's llama graph rotates adjacent pairs (rope type NORM, Meta's original layout), while
-    MiniGPT, like transformers, rotates the two halves of each head (NEOX). Moving output row i + hs/2
-    next to row i makes the same rotation apply; q and k move alike, so every q.k is unchanged.
-    This is llama.cpp's converter's `LlamaModel.permute`. (3C, ...) -> (3C, ...)
+    llama.cpp's llama graph rotates adjacent pairs (NORM), MiniGPT the two halves of each head (NEOX);
+    q and k move alike, so every q.k is unchanged (llama.cpp's `LlamaModel.permute`). (3C, ...) -> (3C, ...)
     """
     if not module.endswith("c_attn"):
         return weight
@@ -245,8 +211,9 @@ def _tensors(model: PreTrainedModel, arch: str) -> dict[str, torch.Tensor]:
 
     qkv = (T.ATTN_QKV,) if arch == "gpt2" else (T.ATTN_Q, T.ATTN_K, T.ATTN_V)  # gpt2: fused (3C, C)
     fc = (T.FFN_GATE, T.FFN_UP) if config.mlp_type == "gated" else (T.FFN_UP,)  # gated (2I, C): gate, up
-    layer = {"ln_1": (T.ATTN_NORM,), "attn.c_attn": qkv, "attn.c_proj": (T.ATTN_OUT,), "attn.q_norm": (T.ATTN_Q_NORM,),
-             "attn.k_norm": (T.ATTN_K_NORM,), "ln_2": (T.FFN_NORM,), "mlp.c_fc": fc, "mlp.c_proj": (T.FFN_DOWN,)}  # fmt: skip
+    layer = {"ln_1": (T.ATTN_NORM,), "attn.c_attn": qkv, "attn.c_proj": (T.ATTN_OUT,),
+             "attn.q_norm": (T.ATTN_Q_NORM,), "attn.k_norm": (T.ATTN_K_NORM,), "ln_2": (T.FFN_NORM,),
+             "mlp.c_fc": fc, "mlp.c_proj": (T.FFN_DOWN,)}  # fmt: skip
     modules = {"transformer.wte": names(T.TOKEN_EMBD), "transformer.wpe": names(T.POS_EMBD),
                "transformer.ln_f": names(T.OUTPUT_NORM)}  # fmt: skip
     if not config.tie_word_embeddings:  # tied: llama.cpp reads token_embd as the output too
@@ -275,6 +242,3 @@ def _add_tensor(writer: gguf.GGUFWriter, name: str, tensor: torch.Tensor, dtype:
         writer.add_tensor(name, quantized, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
     else:  # f16, or a q8_0 matrix whose rows do not fill whole 32-value blocks
         writer.add_tensor(name, data.astype(np.float16))
-
-
-__all__ = ["GGUF_DTYPES", "gguf_architecture", "write_gguf"]

@@ -1,10 +1,8 @@
 """A stock transformers folder whose architecture MiniGPT expresses, loaded as MiniGPTForCausalLM.
 
-The inverse of `exporting`: GPT-2, GPT-NeoX, Starcoder2, Llama and Qwen3 folders (local, or a repo
-id with `from_pretrained`'s keyword arguments) load with the stock class, without remote code, and
-their weights go into a MiniGPT model that computes the same logits. A setting MiniGPT has no
-equivalent for (grouped-query attention, parallel residuals, partial rotary, sliding windows...)
-is an ExportError naming it.
+The inverse of `exporting`: a GPT-2, GPT-NeoX, Starcoder2, Llama or Qwen3 model's weights go into a
+MiniGPT model that computes the same logits; a setting MiniGPT has no equivalent for (grouped-query
+attention, parallel residuals, sliding windows...) is an ExportError naming it.
 """
 
 from __future__ import annotations
@@ -58,6 +56,3 @@ def import_stock_model(name_or_path: str | os.PathLike, **from_pretrained_kwargs
     load_with_zero_biases(model, weights)
     model.generation_config = GenerationConfig.from_dict(stock.generation_config.to_dict())
     return model.eval()
-
-
-__all__ = ["import_stock_model", "is_stock_model_dir"]

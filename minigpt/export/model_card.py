@@ -1,10 +1,6 @@
-"""The README.md model card of a model folder: hub metadata, a human-readable body, and the facts
-of a training run it states (read here from the run folder).
-
-One writer for both folders MiniGPT makes: a model published to a hub folder (`minigpt.hub`: the card
-states the run's data, hyperparameters, metrics and loss curve) and a folder exported to a stock
-architecture (`exporting.py`: the card states the check of its logits against MiniGPT's). The YAML
-header is built with huggingface_hub's `ModelCardData`/`EvalResult`, so it is what the hub parses.
+"""The README.md model card of a model folder: hub metadata (huggingface_hub's `ModelCardData`), a
+Markdown body, and the facts of the training run it states, for a model published to a hub folder
+(`minigpt.hub`) and for a folder exported to a stock architecture (`exporting.py`).
 """
 
 from __future__ import annotations
@@ -31,30 +27,15 @@ EVAL_METRICS = {
 # Run-config keys about the training machine (folders, progress bars, tokenizer reuse), not about
 # how the model was made: left out of the card's tables.
 LOCAL_KEYS = {
-    "training.output_dir",
-    "tokenizer.path",
-    "tokenizer.show_progress",
-    "tokenizer.reuse",
-    "data.cache_dir",
+    "training.output_dir", "tokenizer.path", "tokenizer.show_progress", "tokenizer.reuse", "data.cache_dir",
     "data.show_progress",
-}
+}  # fmt: skip
 SOURCES_SHOWN = 10  # data files named one by one in the card; more are counted
 ARCHITECTURE_FIELDS = (
-    "vocab_size",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "intermediate_size",
-    "max_position_embeddings",
-    "position_embedding_type",
-    "hidden_act",
-    "norm_type",
-    "mlp_type",
-    "qk_norm",
-    "bias",
+    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+    "max_position_embeddings", "position_embedding_type", "hidden_act", "norm_type", "mlp_type", "qk_norm", "bias",
     "tie_word_embeddings",
-)
-EXPORTED_USAGE_NAME = "PATH_OR_REPO"  # what an exported folder's snippet loads: it has no repo id yet
+)  # fmt: skip
 
 
 @dataclass
@@ -65,8 +46,7 @@ class CardFacts:
     model_config: dict[str, Any]  # config.json (of the MiniGPT model, when a stock form computes it)
     num_parameters: int
     license: str
-    # The stock transformers class the model comes as (None: MiniGPT's own, remote code).
-    stock_class: str | None = None
+    stock_class: str | None = None  # the stock transformers class it comes as (None: MiniGPT's own, remote code)
     load_from: str | None = None  # what the usage snippet loads; None: `repo_id`, from a hub folder
     logit_check: float | None = None  # max |logits - MiniGPT's| of the stock form on a check batch, fp32
     exported_from: str | None = None  # the MiniGPT model an exported folder came from (a folder or repo name)
@@ -91,7 +71,8 @@ def stock_facts(config: Mapping[str, Any]) -> dict[str, Any]:
     """CardFacts' `stock_class` and `extra_tags` for a folder with this config.json (none: MiniGPT's own)."""
     if config.get("model_type") == "minigpt":
         return {}
-    return {"stock_class": (config.get("architectures") or [config.get("model_type")])[0], "extra_tags": [config["model_type"]]}
+    stock_class = (config.get("architectures") or [config.get("model_type")])[0]
+    return {"stock_class": stock_class, "extra_tags": [config["model_type"]]}
 
 
 def exported_card_facts(
@@ -106,7 +87,7 @@ def exported_card_facts(
         model_config=config,
         num_parameters=model.num_parameters(),  # a tied head counted once
         license=license,
-        load_from=EXPORTED_USAGE_NAME,
+        load_from="PATH_OR_REPO",  # what the snippet loads: an exported folder has no repo id yet
         logit_check=max_logit_difference,
         exported_from=source_name,
         chat_template=chat_template,
@@ -132,23 +113,16 @@ def _hardware_rows(rows: list[tuple[str, Any]], facts: CardFacts) -> list[tuple[
 
 
 def card_metadata(facts: CardFacts) -> ModelCardData:
-    """The YAML header. No `datasets:` tag: local files are not hub datasets, and a tag made from a
-    file name would link to someone else's dataset. A model trained from a repo names it as
-    `base_model` (the hub's convention, `base_model_relation: finetune`); a local folder is no hub
-    model, so it is named in the body only."""
+    """The YAML header. No `datasets:` tag: a tag made from a local file name would link to someone
+    else's dataset. Only a base model from a repo is `base_model` (a local folder is no hub model)."""
     evaluated_on = facts.validation_sources or facts.train_sources
     dataset_name = ", ".join(s.name for s in evaluated_on[:SOURCES_SHOWN]) or "held-out text"
     eval_results = [
         EvalResult(
-            task_type="text-generation",
-            task_name="Causal language modeling",
-            dataset_type="text",
-            dataset_name=dataset_name,
-            dataset_split="validation",
-            metric_type=metric_type,
-            metric_name=label,
+            task_type="text-generation", task_name="Causal language modeling", dataset_type="text",
+            dataset_name=dataset_name, dataset_split="validation", metric_type=metric_type, metric_name=label,
             metric_value=round(facts.metrics[key], 6),
-        )
+        )  # fmt: skip
         for key, (metric_type, label) in EVAL_METRICS.items()
         if key in facts.metrics
     ]
@@ -157,13 +131,9 @@ def card_metadata(facts: CardFacts) -> ModelCardData:
         license=facts.license,
         pipeline_tag="text-generation",
         tags=[
-            "minigpt",
-            "text-generation",
-            "causal-lm",
-            *(["gguf"] if facts.gguf_files else []),
-            *([] if facts.stock_class else ["custom_code"]),
-            *facts.extra_tags,
-        ],
+            "minigpt", "text-generation", "causal-lm", *(["gguf"] if facts.gguf_files else []),
+            *([] if facts.stock_class else ["custom_code"]), *facts.extra_tags,
+        ],  # fmt: skip
         model_name=facts.repo_id,
         eval_results=eval_results or None,
         **({"base_model": facts.base, "base_model_relation": "finetune"} if facts.base_revision else {}),
@@ -258,7 +228,8 @@ def _architecture(facts: CardFacts) -> list[str]:
     if config.get("model_type") == "minigpt":
         gated = "gated " if config.get("mlp_type") == "gated" else ""
         what += f": pre-norm blocks, fused QKV attention, {gated}{config.get('hidden_act', 'gelu')} MLP"
-    count = f"**{facts.num_parameters:,} parameters** ({facts.num_parameters / 1e6:.2f} M, tied embeddings counted once)"
+    n = facts.num_parameters
+    count = f"**{n:,} parameters** ({n / 1e6:.2f} M, tied embeddings counted once)"
     rows = [(key, config.get(key)) for key in ARCHITECTURE_FIELDS if key in config]
     return ["## Architecture", f"{what}. {count}.", _table(rows, ("setting", "value"))]
 
@@ -297,11 +268,8 @@ def _training(facts: CardFacts) -> list[str]:
     parts.append("## Evaluation")
     if facts.metrics:
         at_step = f", at step {facts.metrics_step}" if facts.metrics_step is not None else ""
-        rows = [
-            (label, f"{facts.metrics[key]:.4f}")
-            for key, (_, label) in EVAL_METRICS.items()
-            if key in facts.metrics
-        ]
+        metrics = facts.metrics
+        rows = [(label, f"{metrics[key]:.4f}") for key, (_, label) in EVAL_METRICS.items() if key in metrics]
         parts += [
             f"Measured on the validation split during training{at_step}. Bits per byte = mean loss "
             "x tokens / UTF-8 bytes / ln 2, comparable across tokenizers.",
@@ -318,8 +286,7 @@ def _usage(facts: CardFacts) -> list[str]:
     name = facts.load_from or facts.repo_id
     # AutoTokenizer reads config.json (which may name the model's code) first: trusted, it does not ask.
     trust = "" if facts.stock_class else ", trust_remote_code=True"
-    # The stock form's generation config holds no sampling and half the context as new tokens
-    # (minigpt.export.exporting.portable_generation_config); MiniGPT's form the run's.
+    # as exporting.portable_generation_config writes it for the stock form
     defaults = "greedy, half the context" if facts.stock_class else "the run's sampling, up to the context"
     chat = (
         '\nmessages = [{"role": "user", "content": "Who art thou?"}]  # ChatML: the tokenizer\'s chat template\n'
@@ -374,9 +341,8 @@ def count_parameters(weights: Path) -> int:
 
 
 def read_run_facts(run_dir: Path | None, model_dir: Path) -> dict[str, Any]:
-    """CardFacts' `metrics` and `metrics_step` (the latest validation record training logged, in the
-    run's metrics.jsonl and summary.json or a checkpoint's trainer_state.json), `base_metrics` (those
-    logged at step 0, when a run evaluates its base model first) and `segments` (`read_segments`)."""
+    """CardFacts' `metrics` and `metrics_step` (the latest validation record in metrics.jsonl, summary.json
+    or trainer_state.json), `base_metrics` (those logged at step 0) and `segments` (`read_segments`)."""
     records: list[Mapping[str, Any]] = []
     for folder in [d for d in (run_dir, model_dir) if d is not None]:
         records += read_log_records(folder / METRICS_FILE)
@@ -396,22 +362,14 @@ def read_run_facts(run_dir: Path | None, model_dir: Path) -> dict[str, Any]:
     metrics = {key: float(latest[key]) for key in EVAL_METRICS if isinstance(latest.get(key), int | float)}
     metrics.setdefault("eval_perplexity", math.exp(min(metrics["eval_loss"], 50.0)))
     step = latest.get("step")
-    return facts | {"metrics": metrics, "metrics_step": int(step) if isinstance(step, int | float) and step >= 0 else None}
+    step = int(step) if isinstance(step, int | float) and step >= 0 else None
+    return facts | {"metrics": metrics, "metrics_step": step}
 
 
 def read_segments(run_dir: Path | None) -> list[tuple[int, dict[str, Any]]]:
     """(first step, hardware section) of each start and resume of the run, in step order."""
     records = read_log_records(run_dir / METRICS_FILE) if run_dir is not None else []
     segments = [(int(r["step"]), dict(r["segment"]["hardware"])) for r in records
-                if isinstance(r.get("segment"), Mapping) and isinstance(r["segment"].get("hardware"), Mapping)]  # fmt: skip
+                if isinstance(r.get("segment"), Mapping)
+                and isinstance(r["segment"].get("hardware"), Mapping)]  # fmt: skip
     return sorted(segments, key=lambda s: s[0])
-
-
-__all__ = [
-    "CardFacts",
-    "count_parameters",
-    "exported_card_facts",
-    "read_run_facts",
-    "read_segments",
-    "render_model_card",
-]

@@ -1,14 +1,9 @@
 """The model stage: MiniGPTConfig and MiniGPTForCausalLM, a transformers model.
 
-`configuration_minigpt.py` and `modeling_minigpt.py` import only torch, transformers, each other
-and `architecture_minigpt.py` (the architecture options, standard library only), so
-`save_pretrained` ships the three as remote code. Taking a class from this package
-(`from minigpt.model import MiniGPTConfig`, or from `minigpt`) registers MiniGPT with transformers'
-Auto classes and marks the classes for `register_for_auto_class`, so a saved folder carries
-`auto_map` and the source files and loads with plain transformers and `trust_remote_code=True`.
-
-The classes are imported on first use, not here: the run config reads `architecture_minigpt.py`
-without torch or transformers, and importing any module of this package runs this file first.
+Its three files import only torch, transformers and each other, so `save_pretrained` ships them as
+remote code. Taking a class from this package registers MiniGPT with the Auto classes and for
+`register_for_auto_class`, so a saved folder loads with plain transformers and `trust_remote_code=True`.
+The classes are imported on first use: the run config reads `architecture_minigpt.py` without torch.
 """
 
 from __future__ import annotations
@@ -26,8 +21,7 @@ _LAZY_EXPORTS = {
 
 
 def register_auto_classes() -> None:
-    """Register MiniGPT with the Auto classes and for remote code (idempotent; done when a class is
-    first taken from this package)."""
+    """Register MiniGPT with the Auto classes and for remote code (idempotent)."""
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
     from .configuration_minigpt import MiniGPTConfig
@@ -53,12 +47,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted([*globals(), *_LAZY_EXPORTS])
-
-
-__all__ = [
-    "MiniGPTConfig",
-    "MiniGPTForCausalLM",
-    "MiniGPTModel",
-    "MiniGPTPreTrainedModel",
-    "register_auto_classes",
-]

@@ -1,10 +1,6 @@
-"""MiniGPTConfig: the architecture of a MiniGPT model, and nothing else.
-
-Training, data and tokenizer settings live in the run config (`minigpt/training/settings.py`); generation
-settings live in `GenerationConfig`. The options themselves (names, types, defaults, checks) are
-written once in `architecture_minigpt.py`, which the run config reads too. This file imports nothing
-from the `minigpt` package but that sibling, with a flat relative import, so that `save_pretrained`
-ships both as remote code.
+"""MiniGPTConfig: the architecture of a MiniGPT model, and nothing else (training settings live in
+the run config, generation settings in `GenerationConfig`). The options are written once in
+`architecture_minigpt.py`, its only import from the package, so `save_pretrained` ships both as remote code.
 """
 
 from __future__ import annotations
@@ -27,23 +23,15 @@ PLAIN_ROPE = {"rope_type": "default", "rope_theta": 10000.0}
 
 
 class MiniGPTConfig(PretrainedConfig):
-    r"""Configuration of a decoder-only GPT (pre-norm blocks, fused QKV, GELU MLP).
-
-    The defaults are GPT-2's block; `norm_type="rmsnorm"`, `mlp_type="gated"` with `hidden_act="silu"`
-    and rotary positions give Llama's block, and `qk_norm=True` on top of that Qwen3's, so a model
-    exports exactly to those stock architectures (`minigpt.export`).
-
-    Every field is validated at construction: a bad value raises `ValueError` naming the field.
+    r"""Configuration of a decoder-only GPT: GPT-2's block by default; rmsnorm, a gated silu MLP and
+    rotary positions give Llama's, and `qk_norm=True` Qwen3's. A bad value raises `ValueError` naming the field.
     """
 
     model_type = "minigpt"
     keys_to_ignore_at_inference = ["cache"]
 
-    # The fields: the table's names, types and defaults, each documented there (architecture_minigpt.py),
-    # so the run config's `model:` section, which is built from the same table, cannot drift from them.
-    # Declared in this class body because transformers makes every config subclass a dataclass of the
-    # annotated attributes of its body when the class is created (PretrainedConfig.__init_subclass__).
-    # rope_parameters is a keyword, not a field: see __post_init__ and the table.
+    # The table's fields, declared in this body because transformers makes every config subclass a
+    # dataclass of its body's annotated attributes. rope_parameters is a keyword: see __post_init__.
     declare_fields(vars(), (option for option in OPTIONS if not option.keyword))
 
     def __post_init__(self, **kwargs):
@@ -51,9 +39,7 @@ class MiniGPTConfig(PretrainedConfig):
             self.intermediate_size = default_intermediate_size(self.hidden_size, self.mlp_type)
         rope_parameters = kwargs.pop("rope_parameters", None)
         if self.position_embedding_type == "rope":
-            # Set before transformers' __post_init__, which then standardises it in place (rope_type and
-            # rope_theta filled in, a legacy top-level rope_theta or rope_scaling moved in): a copy, so
-            # the caller's dict is not changed.
+            # A copy (the caller's dict unchanged), set before transformers' __post_init__ standardises it
             self.rope_parameters = copy.deepcopy(rope_parameters)
         else:
             drop_plain_rope_settings(rope_parameters, kwargs)
@@ -76,9 +62,8 @@ class MiniGPTConfig(PretrainedConfig):
             return
         rope = self.rope_parameters
         if rope.get("rope_type") not in ROPE_TYPES:
-            raise ValueError(
-                f"MiniGPTConfig.rope_parameters['rope_type'] must be one of {ROPE_TYPES}, got {rope.get('rope_type')!r}"
-            )
+            got = rope.get("rope_type")
+            raise ValueError(f"MiniGPTConfig.rope_parameters['rope_type'] must be one of {ROPE_TYPES}, got {got!r}")
         theta = rope.get("rope_theta")
         if not isinstance(theta, int | float) or theta <= 0:
             raise ValueError(f"MiniGPTConfig.rope_parameters['rope_theta'] must be positive, got {theta!r}")
@@ -101,6 +86,3 @@ def drop_plain_rope_settings(rope_parameters: dict | None, kwargs: dict[str, Any
             f"MiniGPTConfig.rope_parameters applies to position_embedding_type='rope' only, got {given!r} "
             "with learned positions"
         )
-
-
-__all__ = ["PLAIN_ROPE", "ROPE_TYPES", "MiniGPTConfig"]

@@ -1,17 +1,10 @@
 """MiniGPT: a decoder-only transformer written as a transformers model.
 
 GPT-2's architecture (pre-norm blocks, learned positions, GELU MLP, tied embeddings) with a fused
-QKV projection, and as options the pieces of Llama-style models: rotary positions, RMSNorm, a gated
-(SwiGLU) MLP and QK-norm. Attention goes through transformers' attention interface so `eager`,
-`sdpa` and flash attention are selectable with `attn_implementation`.
-Hidden states and attention weights are collected by transformers' output-capturing hooks
-(`_can_record_outputs`), rotary tables come from `rope_parameters` through transformers' rope
-functions, and nothing branches in Python on a tensor value, so a static cache compiles whole.
-Every layer is torch's own (`nn.Linear`, `nn.Dropout`, `nn.LayerNorm`, Llama's RMSNorm formula in
-eager autograd), so a model is the same function on every device.
-
-This file imports only torch, transformers and its sibling `configuration_minigpt.py` (relative
-import), so `save_pretrained` can ship both as remote code.
+QKV projection, and as options Llama's pieces: rotary positions, RMSNorm, a gated (SwiGLU) MLP and
+QK-norm. Attention goes through transformers' attention interface (`attn_implementation`); nothing
+branches in Python on a tensor value, so a static cache compiles whole. This file imports only torch,
+transformers and `configuration_minigpt.py`, so `save_pretrained` ships both as remote code.
 
 Shapes in comments: B batch, T new tokens, S = past + T keys, C hidden size, nh heads,
 hs head size (C // nh), V vocabulary.
@@ -69,12 +62,8 @@ def eager_attention_forward(
 
 
 class MiniGPTRotaryEmbedding(nn.Module):
-    """Rotary position embeddings (RoFormer, Su et al. 2021): cos/sin tables per position.
-
-    Built from `config.rope_parameters` with transformers' rope functions, so the scaled variants
-    (linear, dynamic NTK, YaRN, ...) behave as in Llama; `dynamic_rope_update` recomputes the
-    frequencies of the dynamic types when a sequence grows past the original context.
-    """
+    """Rotary position embeddings (RoFormer, Su et al. 2021): cos/sin tables per position, from
+    `config.rope_parameters` with transformers' rope functions (linear, dynamic NTK, YaRN... as in Llama)."""
 
     def __init__(self, config: MiniGPTConfig):
         super().__init__()
@@ -110,42 +99,28 @@ class MiniGPTRotaryEmbedding(nn.Module):
 
 
 def rotary_tables(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B or 1, T, hs) cos/sin -> the (B or 1, 1, T, hs) cos and signed sin that `apply_rotary` takes.
-
-    RoFormer's rotate_half(x) sin, with rotate_half(x) = (-x2, x1) for the halves x1, x2 of x,
-    equals the swapped halves (x2, x1) times sin with its first half negated: the
-    sign goes onto this small table, once per forward for every layer, instead of onto each layer's
-    queries and keys.
-    """
+    """(B or 1, T, hs) cos/sin -> the (B or 1, 1, T, hs) cos and signed sin that `apply_rotary` takes:
+    rotate_half(x) sin = (x2, x1) * (-sin1, sin2), the sign put on this small table once per forward."""
     half = sin.shape[-1] // 2
     signed_sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
     return cos.unsqueeze(1), signed_sin.unsqueeze(1)  # broadcast over heads
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
-    """Rotate queries or keys (..., B, nh, T, hs) by `rotary_tables`' (B, 1, T, hs) tables.
-
-    x cos + rotate_half(x) sin as x cos + swap(x) signed_sin: the halves swapped by one roll (a
-    roll's backward is a roll; a flip of the halves was 1.4x slower forward and backward on a CPU)
-    and one fused multiply-add.
-    """
+    """Rotate queries or keys (..., B, nh, T, hs) by `rotary_tables`' (B, 1, T, hs) tables: x cos +
+    swap(x) signed_sin, the halves swapped by one roll (1.4x faster than a flip on a CPU)."""
     swapped = x.roll(x.shape[-1] // 2, dims=-1)  # (x2, x1) halves
     return torch.addcmul(x * cos, swapped, signed_sin)
 
 
 def dropout_or_identity(p: float) -> nn.Module:
-    """`nn.Dropout(p)`, or an identity when p is 0: a zero dropout still costs a call per use,
-    which is 5% of a decoding step at batch 1 at hidden 128."""
+    """`nn.Dropout(p)`, or an identity when p is 0 (a zero dropout still costs a call per use)."""
     return nn.Dropout(p) if p > 0 else nn.Identity()
 
 
 class MiniGPTRMSNorm(nn.Module):
-    """Root-mean-square norm (Zhang & Sennrich 2019): x / rms(x) * weight, no mean, no bias.
-
-    Llama's formula, op for op: the statistics in fp32 whatever x's dtype, so bf16 activations
-    normalise stably, then cast back before the weight, so the result (and its autograd backward)
-    equals `LlamaRMSNorm`'s and `Qwen3RMSNorm`'s bit for bit and a model exports exactly.
-    """
+    """Root-mean-square norm (Zhang & Sennrich 2019): x / rms(x) * weight, no mean, no bias. Llama's
+    formula op for op (fp32 statistics), so it equals `LlamaRMSNorm` and `Qwen3RMSNorm` bit for bit."""
 
     def __init__(self, hidden_size: int, eps: float):
         super().__init__()
@@ -171,11 +146,8 @@ def build_norm(config: MiniGPTConfig) -> nn.Module:
 
 
 class MiniGPTAttention(nn.Module):
-    """Multi-head causal self-attention with one fused QKV projection, and optional QK-norm.
-
-    QK-norm (Henry et al. 2020; Qwen3, OLMo 2): an RMSNorm over each head's query and key vectors
-    before the rotation bounds the attention logits, which lets higher learning rates train stably.
-    """
+    """Multi-head causal self-attention with one fused QKV projection, and optional QK-norm
+    (Henry et al. 2020; Qwen3, OLMo 2: RMSNorm on each head's queries and keys bounds the logits)."""
 
     def __init__(self, config: MiniGPTConfig, layer_idx: int):
         super().__init__()
@@ -213,29 +185,18 @@ class MiniGPTAttention(nn.Module):
         if cache is not None:
             key, value = cache.update(key, value, self.layer_idx)  # (B, nh, S, hs)
 
-        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
-            self.config._attn_implementation, eager_attention_forward
+        interface = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
+        dropout = self.config.attention_dropout if self.training else 0.0
+        output, weights = interface(  # output: (B, T, nh, hs)
+            self, query, key, value, attention_mask, dropout=dropout, scaling=self.scaling, **kwargs
         )
-        output, weights = attention_interface(
-            self,
-            query,
-            key,
-            value,
-            attention_mask,
-            dropout=self.config.attention_dropout if self.training else 0.0,
-            scaling=self.scaling,
-            **kwargs,
-        )  # output: (B, T, nh, hs)
         output = self.resid_dropout(self.c_proj(output.reshape(B, T, C)))
         return output, weights
 
 
 class MiniGPTMLP(nn.Module):
-    """The feed-forward branch: act(x W_fc) W_proj, or gated, (act(x W_gate) * x W_up) W_proj.
-
-    The gated form keeps W_gate and W_up fused in `c_fc` (gate rows first, then up rows): one matmul
-    of width 2I instead of two of width I.
-    """
+    """The feed-forward branch: act(x W_fc) W_proj, or gated, (act(x W_gate) * x W_up) W_proj, with
+    W_gate and W_up fused in `c_fc` (gate rows first): one matmul of width 2I instead of two of width I."""
 
     def __init__(self, config: MiniGPTConfig):
         super().__init__()
@@ -275,13 +236,7 @@ class MiniGPTBlock(GradientCheckpointingLayer):
         cache: Cache | None = None,
         **kwargs,
     ) -> torch.Tensor:
-        attn_output, _ = self.attn(
-            self.ln_1(hidden_states),
-            attention_mask=attention_mask,
-            position_embeddings=position_embeddings,
-            cache=cache,
-            **kwargs,
-        )
+        attn_output, _ = self.attn(self.ln_1(hidden_states), attention_mask, position_embeddings, cache, **kwargs)
         hidden_states = hidden_states + attn_output
         return hidden_states + self.mlp(self.ln_2(hidden_states))
 
@@ -297,9 +252,8 @@ class MiniGPTPreTrainedModel(PreTrainedModel):
     _supports_flex_attn = False
     _supports_attention_backend = True
     _can_compile_fullgraph = True
-    # Forward hooks collect these when output_hidden_states / output_attentions is asked for:
-    # each block's output (plus the embeddings before the first), and each attention's weights
-    # (element 1 of its output; eager attention only, sdpa and flash do not form them).
+    # Collected by forward hooks when asked for: each block's output (plus the embeddings), and each
+    # attention's weights (element 1 of its output; eager attention only).
     _can_record_outputs = {"hidden_states": MiniGPTBlock, "attentions": MiniGPTAttention}
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -313,8 +267,8 @@ class MiniGPTPreTrainedModel(PreTrainedModel):
             if module.bias is not None:
                 init.zeros_(module.bias)
         else:
-            # Normal(0, initializer_range) for matrices and embeddings, ones/zeros for norms, and the
-            # rotary tables recomputed (non-persistent buffers: from_pretrained builds on meta).
+            # Normal(0, initializer_range) for matrices and embeddings, ones/zeros for norms, rotary
+            # tables recomputed (non-persistent buffers: from_pretrained builds on meta).
             super()._init_weights(module)
 
 
@@ -364,20 +318,19 @@ class MiniGPTModel(MiniGPTPreTrainedModel):
         past_length = cache.get_seq_length() if cache is not None else 0
         seq_length = inputs_embeds.shape[1]
         positions_given = position_ids is not None
-        if position_ids is None:
-            position_ids = self._default_position_ids(
-                attention_mask, past_length, seq_length, inputs_embeds.device
-            )
+        if position_ids is None and attention_mask is not None and attention_mask.dim() == 2:
+            # Positions count real tokens only, so a left-padded prompt gets the positions it has alone.
+            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, -seq_length:]  # (B, T)
+        elif position_ids is None:  # arange + offset, not arange(offset, ...): a static cache's is a tensor
+            position_ids = (torch.arange(seq_length, device=inputs_embeds.device) + past_length).unsqueeze(0)
         if self.config.position_embedding_type == "learned":
             self._check_learned_positions(position_ids if positions_given else None, past_length, seq_length)
 
+        # position_ids: restarting positions without a mask or cache are packed rows
         causal_mask = create_causal_mask(
-            config=self.config,
-            inputs_embeds=inputs_embeds,
-            attention_mask=attention_mask,
-            cache=cache,
-            position_ids=position_ids,  # restarting positions without a mask or cache: packed rows
-        )
+            config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask, cache=cache,
+            position_ids=position_ids,
+        )  # fmt: skip
 
         hidden_states = inputs_embeds
         position_embeddings = None
@@ -387,27 +340,19 @@ class MiniGPTModel(MiniGPTPreTrainedModel):
             position_embeddings = rotary_tables(*self.rotary_emb(hidden_states, position_ids))
         hidden_states = self.drop(hidden_states)
 
-        for block in self.h:
+        for block in self.h:  # position_ids: flash attention finds packed rows from these (varlen)
             hidden_states = block(
-                hidden_states,
-                attention_mask=causal_mask,
-                position_embeddings=position_embeddings,
-                position_ids=position_ids,  # flash attention finds packed rows from these (varlen)
-                cache=cache,
-                **kwargs,
-            )
+                hidden_states, attention_mask=causal_mask, position_embeddings=position_embeddings,
+                position_ids=position_ids, cache=cache, **kwargs,
+            )  # fmt: skip
         return BaseModelOutputWithPast(last_hidden_state=self.ln_f(hidden_states), cache=cache)
 
     def _check_learned_positions(
         self, position_ids: torch.Tensor | None, past_length: int | torch.Tensor, seq_length: int
     ) -> None:
-        """Refuse positions past the end of the learned table (its rows are positions 0..max - 1).
-
-        Default positions end at past + T - 1, known without reading the device when the cache is
-        dynamic; given positions (packed rows, generate) are read. `torch_compilable_check` makes this
-        a check inside the graph under torch.compile / torch.export rather than a Python branch on a
-        tensor value, so a static cache compiles with fullgraph=True.
-        """
+        """Refuse positions past the end of the learned table. Default positions end at past + T - 1
+        (no device read with a dynamic cache); given ones are read. `torch_compilable_check` keeps the
+        check inside the graph, so a static cache compiles with fullgraph=True."""
         limit = self.config.max_position_embeddings
         last = position_ids.max() if position_ids is not None else past_length + seq_length - 1
         torch_compilable_check(
@@ -418,20 +363,6 @@ class MiniGPTModel(MiniGPTPreTrainedModel):
                 "shorten the prompt or max_new_tokens"
             ),
         )
-
-    @staticmethod
-    def _default_position_ids(
-        attention_mask: torch.Tensor | None,
-        past_length: int | torch.Tensor,
-        seq_length: int,
-        device: torch.device,
-    ) -> torch.LongTensor:
-        """Positions count real tokens only, so a left-padded prompt gets the positions it has alone."""
-        if attention_mask is not None and attention_mask.dim() == 2:
-            positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, S)
-            return positions[:, -seq_length:]
-        # arange + offset rather than arange(offset, ...): the offset may be a tensor (static cache).
-        return (torch.arange(seq_length, device=device) + past_length).unsqueeze(0)  # (1, T)
 
 
 class MiniGPTForCausalLM(MiniGPTPreTrainedModel, GenerationMixin):
@@ -450,12 +381,8 @@ class MiniGPTForCausalLM(MiniGPTPreTrainedModel, GenerationMixin):
             self._keys_to_ignore_on_save.add("lm_head.weight")
 
     def generate(self, *args: Any, **kwargs: Any) -> Any:
-        """`GenerationMixin.generate`; `max_new_tokens` replaces the saved `max_length` silently.
-
-        A trained model's generation config holds `max_length` = its context, so that pipelines
-        stop there by default; transformers would warn at every `generate(max_new_tokens=...)`
-        that both are set, though only the call's is the caller's.
-        """
+        """`GenerationMixin.generate`; `max_new_tokens` replaces the saved `max_length` (the context)
+        silently, where transformers would warn at every call that both are set."""
         if kwargs.get("max_new_tokens") is not None and "max_length" not in kwargs:
             kwargs["max_length"] = None  # the model's default, not a second limit
         return super().generate(*args, **kwargs)
@@ -474,16 +401,11 @@ class MiniGPTForCausalLM(MiniGPTPreTrainedModel, GenerationMixin):
         logits_to_keep: int | torch.Tensor = 0,
         **kwargs,
     ) -> CausalLMOutputWithPast:
+        # return_dict=True: the trunk's fields by name, whatever config.return_dict says
         outputs = self.transformer(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            cache=cache,
-            inputs_embeds=inputs_embeds,
-            use_cache=use_cache,
-            return_dict=True,  # the trunk's fields by name, whatever config.return_dict says
-            **kwargs,
-        )
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
+            inputs_embeds=inputs_embeds, use_cache=use_cache, return_dict=True, **kwargs,
+        )  # fmt: skip
         hidden_states = outputs.last_hidden_state  # (B, T, C)
         # generate() asks for the last position only: skip the (B, T, V) projection of the rest.
         if isinstance(logits_to_keep, int) and logits_to_keep > 0:
@@ -496,9 +418,7 @@ class MiniGPTForCausalLM(MiniGPTPreTrainedModel, GenerationMixin):
         if labels is not None:
             # Shifts labels, ignores -100 and divides by num_items_in_batch when Trainer passes
             # it (kwargs), so gradient accumulation averages over all tokens of the window.
-            loss = self.loss_function(
-                logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs
-            )
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
         return CausalLMOutputWithPast(
             loss=loss,
             logits=logits,
@@ -507,5 +427,3 @@ class MiniGPTForCausalLM(MiniGPTPreTrainedModel, GenerationMixin):
             attentions=outputs.attentions,  # (B, nh, T, S) x L when asked for (eager attention)
         )
 
-
-__all__ = ["MiniGPTForCausalLM", "MiniGPTModel", "MiniGPTPreTrainedModel", "MiniGPTRMSNorm"]
