@@ -1,15 +1,5 @@
-"""Conversations as training data (`data.format: chat`): checked, encoded with the loss on the
-assistant's tokens only, and cached as the data stage caches blocks.
-
-A conversation is a JSON object per line, `{"messages": [{"role": ..., "content": ...}, ...]}` with
-roles system, user and assistant (TRL's and the hub's chat data sets), or a row of a `save_to_disk`
-folder with a `messages` column; a bad one is a one-line `DataError` naming its file and line.
-`apply_chat_template(..., return_assistant_tokens_mask=True)` marks the tokens inside the template's
-`{% generation %}` markers (each reply and its `<|im_end|>`); labels are those ids and IGNORE_INDEX
-elsewhere. A conversation longer than the context loses whole exchanges from the front (system
-lines stay) until it fits, then tokens from the front; one with no assistant token left in its last
-`block_size` tokens is a `DataError`. `prepare_chat_corpus` saves both splits under
-`<cache_dir>/chat/<key>/` (whole or not at all) and returns a `PreparedCorpus`, a row per conversation.
+"""Conversations as training data (`data.format: chat`, docs/chat.md): checked, encoded with the
+loss on the assistant's tokens only (the template's `{% generation %}` markers), and cached as blocks are.
 """
 
 from __future__ import annotations

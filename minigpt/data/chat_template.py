@@ -1,9 +1,5 @@
-"""The chat format every MiniGPT tokenizer carries: ChatML role tokens and its Jinja template.
-
-ChatML (`<|im_start|>role\\ncontent<|im_end|>\\n`) is Qwen's; transformers applies it from
-`tokenizer.chat_template` and llama.cpp recognises it in a GGUF. The assistant's turns are wrapped in
-`{% generation %}` markers, so `apply_chat_template(..., return_assistant_tokens_mask=True)` marks
-what the model is trained to write: each reply and its `<|im_end|>`, never the role header.
+"""The chat format every MiniGPT tokenizer carries: ChatML role tokens and its Jinja template, the
+assistant's turns inside `{% generation %}` markers so `return_assistant_tokens_mask` marks them.
 """
 
 from __future__ import annotations

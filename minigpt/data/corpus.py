@@ -1,11 +1,7 @@
 """From found `Sources` to packed, cached blocks of `block_size` tokens: `prepare_corpus`.
 
-The raw text (`raw_corpus`) is tokenized by a `Dataset.map(num_proc=...)`, then packed in one
-sequential pass that carries the unfinished block from batch to batch, so the only tokens not used
-are the last `< block_size` of each split (a batched map cannot carry state; run_clm's packing drops
-a remainder per batch). The blocks are cached under `<cache_dir>/blocks/<key>/`, the key a hash of
-every setting that changes them, the tokenizer and the sources' key; a second run with the same key
-reuses them (memory-mapped Arrow). The folder appears whole or not at all (staging, then a rename).
+Packing is one sequential pass that carries the unfinished block from batch to batch, so only the last
+`< block_size` tokens of each split are dropped (run_clm's batched map drops a remainder per batch).
 """
 
 from __future__ import annotations
@@ -102,22 +98,22 @@ def prepare_corpus(
         raise ConfigError("the tokenizer has no eos_token; documents cannot be separated")
     tokenizer_id = tokenizer_fingerprint(tokenizer)
     target = Path(settings.cache_dir) / "blocks" / cache_key(sources, tokenizer_id)
-    if (target / META_FILE).is_file():
+    reused = (target / META_FILE).is_file()
+    if reused:
         if is_main_process():  # under `accelerate launch` the other processes load silently
             print(f"reusing prepared blocks in {target}")
-        corpus = load_prepared(target)
-        corpus.report = read_report(target, settings) or _report_again(target, sources, corpus)
-        return corpus
-    print(f"preparing blocks in {target}")
-    with datasets_progress_bars(settings.show_progress), atomic_output_dir(target) as staging:
-        meta = _prepare_into(staging, sources, tokenizer)
-        files = sources.train.paths + (sources.validation.paths if sources.validation else [])
-        # the sources by count and first name: a list of every file would grow with the corpus
-        meta.update(tokenizer_fingerprint=tokenizer_id, format=sources.train.format, source_files=len(files))
-        meta.update(first_source=str(files[0]))
-        (staging / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    else:
+        print(f"preparing blocks in {target}")
+        with datasets_progress_bars(settings.show_progress), atomic_output_dir(target) as staging:
+            meta = _prepare_into(staging, sources, tokenizer)
+            files = sources.train.paths + (sources.validation.paths if sources.validation else [])
+            # the sources by count and first name: a list of every file would grow with the corpus
+            meta.update(tokenizer_fingerprint=tokenizer_id, format=sources.train.format, source_files=len(files))
+            meta.update(first_source=str(files[0]))
+            (staging / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     corpus = load_prepared(target)
-    corpus.reused, corpus.report = False, read_report(target, settings)
+    corpus.reused = reused
+    corpus.report = read_report(target, settings) or _report_again(target, sources, corpus)
     return corpus
 
 
@@ -217,10 +213,7 @@ def _prepare_into(staging: Path, sources: Sources, tokenizer: PreTrainedTokenize
 def load_prepared(folder: str | Path) -> PreparedCorpus:
     """Open a folder written by `prepare_corpus` or `prepare_chat_corpus` (memory-mapped, nothing copied)."""
     folder = Path(folder)
-    try:
-        meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DataError(f"{folder} holds no prepared blocks ({META_FILE} missing)") from None
+    meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
     splits = {name: datasets.Dataset.from_file(str(folder / f"{name}.arrow")) for name in ("train", "validation")}
     stats = {name: SplitStats(**meta["stats"][name]) for name in splits}
     for name, dataset in splits.items():

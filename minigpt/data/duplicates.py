@@ -1,11 +1,8 @@
 """Exact and near-duplicate documents: what the corpus report counts and `data.dedup` removes.
 
-Exact: the same text up to its whitespace (a BLAKE2b digest). Near: datasketch's MinHash of the
-document's word 5-grams at Jaccard >= 0.8 (Lee et al. 2022, "Deduplicating Training Data Makes
-Language Models Better"): candidates from a MinHashLSH tuned for 0.7 (LSH alone at 0.8 finds about
-60% of the pairs at 0.84), each confirmed by the MinHash estimate, whose standard error is 0.035 at
-0.8: a copy at 0.84 is found about 85% of the time, from 0.9 always, at 0.7 never. A document is
-compared by its first PREFIX_CHARS characters, so a huge file costs what a short one does.
+Exact: the same text up to its whitespace. Near: MinHash of word 5-grams at Jaccard >= 0.8 (Lee et al.
+2022), candidates from a MinHashLSH tuned for 0.7 (LSH alone at 0.8 misses many pairs), each confirmed by
+the MinHash estimate (standard error 0.035 at 0.8). Recall figures: docs/data.md.
 """
 
 from __future__ import annotations
@@ -45,12 +42,6 @@ def _prototype() -> MinHash:
     """The empty MinHash every document's is copied from: its permutations are drawn once (from
     MINHASH_SEED), and the shingles' 32-bit hash is CRC-32 (C speed) rather than SHA-1, at half the time."""
     return MinHash(num_perm=NUM_PERM, seed=MINHASH_SEED, hashfunc=zlib.crc32)
-
-
-def minhash_scheme() -> str:
-    """datasketch's permutation scheme ("affine32" from datasketch 2, "legacy" before): dedup's
-    cached decisions are kept per scheme."""
-    return getattr(_prototype(), "scheme", "legacy")
 
 
 @dataclass
@@ -184,7 +175,8 @@ def deduplicated(
         "inputs": [source.key for source in sources],
         "format": sources[0].format,
         "text_field": None if sources[0].format == "text" else settings.text_field,
-        "comparison": [SHINGLE_WORDS, THRESHOLD, NUM_PERM, PREFIX_CHARS, minhash_scheme()],
+        # datasketch's permutation scheme ("affine32" from datasketch 2, "legacy" before)
+        "comparison": [SHINGLE_WORDS, THRESHOLD, NUM_PERM, PREFIX_CHARS, getattr(_prototype(), "scheme", "legacy")],
         "version": DEDUP_VERSION,
     }
     key = hashlib.sha256(json.dumps(decisive, sort_keys=True).encode()).hexdigest()[:20]

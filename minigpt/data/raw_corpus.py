@@ -24,7 +24,6 @@ from .text_rows import (
     RawSplit,
     arrow_batches,
     counted,
-    iter_texts,
     load_text_files,
     numbers,
     row_bytes,
@@ -162,8 +161,6 @@ def _checked_text_rows(dataset, paths: list[Path], settings: DataSettings, role:
     for doc in np.flatnonzero(invalid):
         if (error := invalid_text(paths[doc], int(chars[doc]), int(invalid[doc]), settings)) is not None:
             raise error
-    if total == 0:
-        raise DataError(f"text files {', '.join(map(str, paths[:3]))} hold no text")
     return RawSplit(role, dataset, rows, total, int((chars > 0).sum()))
 
 
@@ -251,7 +248,3 @@ def _split_random(loaded: RawSplit, settings: DataSettings) -> tuple[RawSplit, R
         splits.append(counted(name, part))
     return splits[0], splits[1]
 
-
-def iter_train_texts(sources: Sources) -> Iterator[str]:
-    """The raw TRAIN-split texts of `sources` (never the validation text), streamed."""
-    return iter_texts(load_raw_corpus(sources).train)

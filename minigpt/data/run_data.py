@@ -1,13 +1,5 @@
-"""What the data stage hands to training, whatever the data's format: `prepare_run_data` -> `RunData`:
-the training rows (`TrainingBlocks`, or encoded conversations), the validation rows evaluations read
-(`validation_sample`), the collator, each token's bytes (bits per byte), the ids generation stops
-at, prompts from the validation split (`corpus_prompts`) and the lines a run prints.
-
-With `data.shift_blocks` epoch e reads the token stream from an offset in [0, block_size) drawn from
-(seed, e) (epoch 0: the packed blocks), so epochs see other windows; every epoch has len(blocks) - 1
-blocks and a resumed run reads the same ones. `training.eval_tokens` caps an evaluation: a larger
-split is read as eval_tokens // block_size blocks drawn with `data.seed`, the same at every
-evaluation, in every process, and in runs that differ only in `training.seed`.
+"""What the data stage hands to training, whatever the data's format: `prepare_run_data` -> `RunData`.
+`data.shift_blocks` and the validation sample drawn for `training.eval_tokens`: docs/data.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Raw text as rows of `datasets`, and reading them back in Arrow batches.
-
-`datasets`' text loader makes a row per line (millions) or per file (a 10 GB string), so text files
-are read here into rows of up to PIECE_CHARS characters cut after a line end; joined in order they
-give back each file (universal newlines; undecodable bytes become U+FFFD). Each row carries, counted
-as it is read, its document (file index), whether it ends it, its bytes, characters and undecodable
-or NUL characters. Rows of JSON lines, parquet and `save_to_disk` are documents with a `text` column.
+"""Raw text as rows of `datasets`, and reading them back in Arrow batches. A text file is read into
+rows of up to PIECE_CHARS characters cut after a line end, each counted as it is read (docs/data.md,
+"Formats"); rows of JSON lines, parquet and `save_to_disk` are documents with a `text` column.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""A byte-level BPE tokenizer trained on the train split of found `Sources`, saved with a record of what
-it was trained on that is checked before it is reused. Byte-level BPE encodes any string and decodes
-it back exactly (no normalizer, no prefix space, no clean-up of spaces). A split over
-`tokenizer.train_max_bytes` is sampled (BPE counts every distinct word: hours and tens of GB at 10 GB,
-while its merges settle long before): each row is kept by a seeded draw, so the sample spans every
-file, and gives its first `doc_max_chars` characters, until the budget is read.
+"""A byte-level BPE tokenizer trained on the train split of found `Sources`, saved with a record of
+what it was trained on that is checked before it is reused (docs/data.md, "Tokenizers"). A split over
+`tokenizer.train_max_bytes` is sampled: BPE counts every distinct word, while its merges settle early.
 """
 
 from __future__ import annotations
@@ -323,10 +320,9 @@ def suggest_new_path(settings: TokenizerSettings, data: DataSettings, preferred:
 
 
 def check_existing_tokenizer(settings: TokenizerSettings, sources: Sources, new_path: str | None = None) -> str | None:
-    """What the tokenizer at `settings.path` was trained on ("trained on ..."), checked against
-    `sources` and `settings`; None when there is none yet. A mismatch is a one-line `ConfigError`
-    (unless tokenizer.reuse=always) saying how to train a new one beside it (in `new_path` when free),
-    the existing one left to the runs that use it. Reads no data file."""
+    """What the tokenizer at `settings.path` was trained on ("trained on ..."), or None when there is
+    none yet; a mismatch with `sources` and `settings` is a one-line `ConfigError` (unless
+    tokenizer.reuse=always) suggesting `new_path` when free. Reads no data file."""
     if not (Path(settings.path) / "tokenizer.json").is_file():
         return None
     record = read_training_record(settings.path)
@@ -367,9 +363,7 @@ def load_or_train_tokenizer(
 ) -> PreTrainedTokenizerFast:
     """The run's tokenizer: the one at `settings.path` (`check_existing_tokenizer`, unless `checked`
     says what an earlier call found), else one trained on the TRAIN split of `sources` and saved
-    (`retrain`: trained anew). One line names it and what it was trained on. The tokenizer never sees
-    validation text, so validation loss is measured on unseen bytes."""
-    settings.validate()
+    (`retrain`: trained anew). One line names it and what it was trained on."""
     described = None if retrain else checked or check_existing_tokenizer(settings, sources, new_path)
     if described is not None:
         tokenizer = load_tokenizer(settings.path)
