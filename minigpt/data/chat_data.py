@@ -231,7 +231,6 @@ def prepare_chat_corpus(
             "eos_token_id": tokenizer.eos_token_id,
             "tokenizer_fingerprint": tokenizer_id,
             "stats": stats,
-            "sources": [str(p) for p in sources.train.paths + (sources.validation.paths if sources.validation else [])],
         }
         (staging / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     corpus = load_prepared(target)

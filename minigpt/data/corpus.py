@@ -140,14 +140,11 @@ def _report_again(target: Path, sources: Sources, corpus: PreparedCorpus) -> Cor
 
 
 @contextlib.contextmanager
-def _forking(active: bool) -> Iterator[None]:
+def _forking() -> Iterator[None]:
     """For map workers forked from this process: the parent's heap frozen (a worker's garbage
     collector would otherwise touch, and so copy, hundreds of MB of inherited pages) and one
     tokenizer thread each (a process per core already uses the cores; no warning about a fork after
     threads ran). The variable is put back for this process."""
-    if not active:
-        yield
-        return
     gc.collect()
     gc.freeze()
     saved = os.environ.get("TOKENIZERS_PARALLELISM")
@@ -156,9 +153,8 @@ def _forking(active: bool) -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
-        if saved is None:
-            del os.environ["TOKENIZERS_PARALLELISM"]
-        else:
+        os.environ.pop("TOKENIZERS_PARALLELISM")
+        if saved is not None:
             os.environ["TOKENIZERS_PARALLELISM"] = saved
 
 
@@ -179,7 +175,7 @@ def _prepare_into(staging: Path, sources: Sources, tokenizer: PreTrainedTokenize
             tokenized = split.dataset.map(lambda *c, **k: tokenize_batch(*c, **k).to_pydict(), **common)
         else:
             processes = min(settings.processes(), max(1, -(-split.rows // batch)))
-            with _forking(processes > 1):
+            with _forking() if processes > 1 else contextlib.nullcontext():
                 tokenized = split.dataset.map(
                     tokenize_batch,
                     features=datasets.Features({"input_ids": datasets.List(datasets.Value(TOKEN_DTYPE))}),

@@ -88,8 +88,7 @@ class DuplicateIndex:
     def __init__(self) -> None:
         self._digests: dict[bytes, int] = {}  # digest -> number of the document it was first seen in
         self._lsh = MinHashLSH(threshold=CANDIDATE_THRESHOLD, num_perm=NUM_PERM)
-        dtype = _prototype().hashvalues.dtype  # uint32 (datasketch 2), uint64 before
-        self._signatures = np.empty((1024, NUM_PERM), dtype=dtype)  # row i: document number i
+        self._signatures: list[np.ndarray] = []  # item i: the MinHash values of document number i
         self.size = 0  # documents remembered, numbered 0, 1, ... in the order they were added
 
     def match(self, document: Document, add: bool = True) -> Copy | None:
@@ -102,28 +101,19 @@ class DuplicateIndex:
         shingles = {b" ".join(words[i : i + SHINGLE_WORDS]) for i in range(max(1, len(words) - SHINGLE_WORDS + 1))}
         signature = _prototype().copy()
         signature.update_batch(shingles if words else set())
-        original = self._near(signature)
-        if original is not None:
-            return Copy("near", original)
+        candidates = sorted(self._lsh.query(signature))
+        if candidates:
+            # MinHash.jaccard's estimate (the share of equal hash values) against each stored signature
+            stored = np.stack([self._signatures[c] for c in candidates])  # (candidates, NUM_PERM)
+            similar = (stored == signature.hashvalues).mean(axis=1) >= THRESHOLD
+            if similar.any():
+                return Copy("near", candidates[int(np.argmax(similar))])
         if add:
             self._digests[digest] = self.size
-            self._insert(signature)
+            self._signatures.append(signature.hashvalues)
+            self._lsh.insert(self.size, signature, check_duplication=False)
+            self.size += 1
         return None
-
-    def _near(self, signature: MinHash) -> int | None:
-        candidates = sorted(self._lsh.query(signature))
-        if not candidates:
-            return None
-        # MinHash.jaccard's estimate (the share of equal hash values) against each stored signature
-        similar = (self._signatures[candidates] == signature.hashvalues).mean(axis=1) >= THRESHOLD
-        return candidates[int(np.argmax(similar))] if similar.any() else None
-
-    def _insert(self, signature: MinHash) -> None:
-        if self.size == len(self._signatures):
-            self._signatures = np.concatenate([self._signatures, np.empty_like(self._signatures)])
-        self._signatures[self.size] = signature.hashvalues
-        self._lsh.insert(self.size, signature, check_duplication=False)
-        self.size += 1
 
 
 def document_batches(dataset, picked: np.ndarray | None = None) -> Iterator[tuple[np.ndarray, list]]:

@@ -147,7 +147,7 @@ def invalid_text(where: object, chars: int, invalid: int, settings: DataSettings
     return None
 
 
-def resolve_files(entries: str | list[str], role: str, exclude: Sequence[str] = ()) -> list[tuple[Path, str]]:
+def resolve_files(entries: list[str], role: str, exclude: Sequence[str] = ()) -> list[tuple[Path, str]]:
     """Files, folders and globs as (file, its name relative to the folder or glob given), in order
     (a `save_to_disk` folder stays whole).
 
@@ -156,7 +156,7 @@ def resolve_files(entries: str | list[str], role: str, exclude: Sequence[str] = 
     whatever matches an `exclude` pattern (also in globs); one line says how many were skipped, why.
     """
     found: list[tuple[Path, str]] = []
-    for entry in [entries] if isinstance(entries, str) else entries:
+    for entry in entries:
         path = Path(entry).expanduser()
         if any(char in entry for char in "*?["):
             base = Path(*itertools.takewhile(lambda part: not glob.has_magic(part), path.parts))  # before the wildcard
