@@ -55,9 +55,8 @@ def stop_token_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
 
 
 def add_chat_tokens(tokenizer: PreTrainedTokenizerBase) -> tuple[str | None, list[int]]:
-    """Give `tokenizer` ChatML's role tokens (special tokens after its vocabulary, as TRL's
-    `setup_chat_format`) and `CHAT_TEMPLATE` where it lacks them, in place: (the line saying what was
-    added or None, the ids added, which a trained model needs rows for: `chat_ready.fit_embeddings`)."""
+    """Give `tokenizer` ChatML's role tokens (as TRL's `setup_chat_format`) and `CHAT_TEMPLATE` where it
+    lacks them, in place: (the line saying what was added or None, the ids added)."""
     before = len(tokenizer)
     missing = [token for token in CHAT_TOKENS if token not in tokenizer.get_vocab()]
     done = []

@@ -88,9 +88,7 @@ class PreparedCorpus:
 def prepare_corpus(
     sources: Sources, tokenizer: PreTrainedTokenizerFast, max_position_embeddings: int | None = None
 ) -> PreparedCorpus:
-    """Packed, cached train/validation blocks of `sources` for `tokenizer`; `DataError`/`ConfigError`
-    (one line) for unusable data or settings, no partial cache left. With the model's
-    `max_position_embeddings`, data.block_size is checked against it first."""
+    """Packed, cached train/validation blocks of `sources` for `tokenizer`; no partial cache left on error."""
     settings = sources.settings
     if max_position_embeddings is not None:
         check_block_size(settings.block_size, max_position_embeddings)
@@ -141,10 +139,8 @@ def _report_again(target: Path, sources: Sources, corpus: PreparedCorpus) -> Cor
 
 @contextlib.contextmanager
 def _forking() -> Iterator[None]:
-    """For map workers forked from this process: the parent's heap frozen (a worker's garbage
-    collector would otherwise touch, and so copy, hundreds of MB of inherited pages) and one
-    tokenizer thread each (a process per core already uses the cores; no warning about a fork after
-    threads ran). The variable is put back for this process."""
+    """For forked map workers: the parent's heap frozen (a worker's garbage collector would copy its
+    pages) and one tokenizer thread each (a process per core already uses the cores)."""
     gc.collect()
     gc.freeze()
     saved = os.environ.get("TOKENIZERS_PARALLELISM")
@@ -230,10 +226,8 @@ def check_compatible(
     corpus: PreparedCorpus | None = None,
     allow_larger_vocab: bool = False,
 ) -> None:
-    """A one-line `ConfigError` unless the tokenizer, the model config's values (`vocab_size`, the
-    ids not None) and the prepared corpus agree: a smaller embedding crashes mid-run, other special ids
-    generate and pad wrongly, blocks of another tokenizer mean other text. The model's vocabulary may
-    exceed `len(tokenizer)` only with `allow_larger_vocab` (an embedding padded for speed, say)."""
+    """A one-line `ConfigError` unless the tokenizer, the model config's values (the ids not None) and
+    the prepared corpus agree; a larger model vocabulary only with `allow_larger_vocab` (padded)."""
     size = len(tokenizer)  # includes added special tokens, unlike tokenizer.vocab_size
     if vocab_size < size or (vocab_size > size and not allow_larger_vocab):
         raise ConfigError(f"the model's vocab_size is {vocab_size} but the tokenizer has {size} tokens")
@@ -270,9 +264,8 @@ def data_tokenizer(tokenizer: PreTrainedTokenizerFast) -> Tokenizer:
 def tokenize_batch(
     texts: list[str | None], ends: list[bool] | None = None, *, tokenizer: Tokenizer, eos_id: int
 ) -> pa.Table:
-    """`Dataset.map` function over `text` (and text files' `end`: None = every row is a document): the
-    token ids of each row, EOS after a row that ends a document (an empty row gives none), as one int32
-    Arrow array per batch (4 bytes a token, no Python ints)."""
+    """`Dataset.map` function: each row's ids, EOS after a row that ends a document (`ends` None: every
+    row with text), as one int32 Arrow array per batch (no Python ints)."""
     texts = [text or "" for text in texts]
     ends = [bool(text) for text in texts] if ends is None else ends
     rows = []
@@ -311,8 +304,8 @@ def write_blocks(
     total_rows: int | None = None,
     show_progress: bool = True,
 ) -> PackResult:
-    """Pack the token stream of `tokenized` into blocks written to the Arrow file `path`. Blocks are written from zero-copy views of the tokenized rows; only a
-    block that spans two chunks is copied, so memory grows with neither the batch nor the corpus."""
+    """Pack the token stream of `tokenized` into blocks in the Arrow file `path`, from zero-copy views:
+    only a block that spans two chunks is copied."""
     writer = ArrowWriter(features=block_features(block_size), path=str(path))
     carry = np.empty(0, dtype=np.int32)  # tokens of the unfinished block, carried to the next chunk
     tokens = blocks = 0

@@ -53,9 +53,8 @@ class Document:
 
 
 def join_documents(batches: Iterable[tuple[np.ndarray, list[str | None]]]) -> Iterator[Document]:
-    """Documents from batches of (keys, texts) of a split's rows in order: consecutive rows with the
-    same key are pieces of one document (a text file's rows), joined up to PREFIX_CHARS characters.
-    Documents without text are left out."""
+    """Documents with text from batches of (keys, texts): consecutive rows with the same key (a text
+    file's rows) are joined up to PREFIX_CHARS characters."""
     key, parts, size = None, [], 0
     for keys, texts in batches:
         for row_key, text in zip(keys.tolist(), texts, strict=True):
@@ -79,11 +78,8 @@ class Copy:
 
 
 class DuplicateIndex:
-    """Documents seen so far, to tell whether the next one is an exact or a near copy of one.
-
-    Memory: a digest per document, and for each one that is not an exact copy its signature
-    (NUM_PERM x 4 bytes) and its 14 entries in MinHashLSH's in-memory tables (about 4 KB in all).
-    """
+    """Documents seen so far, to tell whether the next one is an exact or a near copy of one (memory:
+    a digest, a signature and 14 MinHashLSH entries per document, about 4 KB)."""
 
     def __init__(self) -> None:
         self._digests: dict[bytes, int] = {}  # digest -> number of the document it was first seen in
@@ -117,10 +113,8 @@ class DuplicateIndex:
 
 
 def document_batches(dataset, picked: np.ndarray | None = None) -> Iterator[tuple[np.ndarray, list]]:
-    """A split's rows as batches of (keys, texts) for `join_documents`, only the documents `picked`
-    (sorted keys) when given. A text file's rows are keyed by its index, and only the rows holding
-    its first PREFIX_CHARS characters are read (found from the `chars` column: a 10 GB file costs one
-    row); other rows by their position. A stream is read through (it cannot skip)."""
+    """A split's rows as batches of (keys, texts) for `join_documents`, only the documents `picked` (sorted
+    keys) when given; of a text file (keyed by its index) only the rows of its first PREFIX_CHARS."""
     by_document = "doc" in (dataset.column_names or [])
     rows = _prefix_rows(dataset, picked) if by_document else picked
     positions = None
@@ -158,9 +152,7 @@ def deduplicated(
     splits: list[RawSplit], sources: list[SourceList], settings: DataSettings
 ) -> tuple[list[RawSplit], dict]:
     """`splits` without the documents data.dedup removes, and what it removed per pool ("corpus", or
-    "validation" and "train"). Sources are compared in order through one `DuplicateIndex`: a document
-    that copies one kept before it goes. The decisions are cached under data.cache_dir/dedup/ by the
-    sources' keys (comparing is the costly part, and a run loads its corpus more than once)."""
+    "validation" and "train"); the decisions are cached under data.cache_dir/dedup/ by the sources' keys."""
     decisive = {
         "inputs": [source.key for source in sources],
         "format": sources[0].format,

@@ -31,10 +31,9 @@ def epoch_offset(seed: int, epoch: int, block_size: int) -> int:
 
 
 class TrainingBlocks(torch.utils.data.Dataset):
-    """A packed training split read from zero-copy views of its memory-mapped Arrow file (a corpus
-    larger than memory stays on disk); with `shift`, from `epoch_offset(seed, epoch)`. Items:
-    {"input_ids": (block_size,) int64, "labels": the same tensor}. The offset's one setter is
-    `start_epoch`, not `set_epoch`, which accelerate calls in one process and not under several."""
+    """A packed training split read from zero-copy views of its memory-mapped Arrow file; with `shift`,
+    from `epoch_offset`. Items: {"input_ids": (block_size,) int64, "labels": the same tensor}. Not
+    `set_epoch`: accelerate calls that in one process and not under several."""
 
     def __init__(self, blocks: datasets.Dataset, seed: int, shift: bool) -> None:
         if shift and len(blocks) < 2:
@@ -197,12 +196,8 @@ def prepare_run_data(
     eval_tokens: int | None,
     max_position_embeddings: int | None = None,
 ) -> RunData:
-    """The training and validation rows of `sources` for `tokenizer`, prepared or read from the cache.
-
-    Conversations need ChatML's role tokens: a tokenizer without them gets them here, in place (a
-    note says so). `seed` (training.seed) draws each epoch's block offset; data.seed the validation
-    sample (at most `eval_tokens` tokens' worth, None: all).
-    """
+    """The training and validation rows of `sources` for `tokenizer`, prepared or read from the cache;
+    conversations' role tokens are added to the tokenizer in place. `seed`: training.seed."""
     settings, notes, added = sources.settings, [], []
     if settings.format == "chat":
         note, added = add_chat_tokens(tokenizer)

@@ -148,13 +148,8 @@ def invalid_text(where: object, chars: int, invalid: int, settings: DataSettings
 
 
 def resolve_files(entries: list[str], role: str, exclude: Sequence[str] = ()) -> list[tuple[Path, str]]:
-    """Files, folders and globs as (file, its name relative to the folder or glob given), in order
-    (a `save_to_disk` folder stays whole).
-
-    A folder gives its text files only: hidden, compiled (`__pycache__/`, `.pyc`, `.so`, ...), empty
-    and binary files (a NUL or mostly undecodable bytes in their first SNIFF_BYTES) are skipped, and
-    whatever matches an `exclude` pattern (also in globs); one line says how many were skipped, why.
-    """
+    """Files, folders and globs as (file, its name relative to the folder or glob given), in order (a
+    `save_to_disk` folder stays whole); a folder gives its text files only (docs/data.md, "Formats")."""
     found: list[tuple[Path, str]] = []
     for entry in entries:
         path = Path(entry).expanduser()
