@@ -32,7 +32,7 @@ from .corpus_report import REPORT_FILE, CorpusReport, build_report, read_report
 from .raw_corpus import load_raw_corpus
 from .settings import check_block_size
 from .sources import Sources
-from .text_rows import PIECE_CHARS, RawSplit
+from .text_rows import PIECE_CHARS, RawSplit, arrow_batches
 from .tokenizer import tokenizer_fingerprint
 
 if TYPE_CHECKING:
@@ -315,11 +315,8 @@ def write_blocks(
         column = pa.FixedSizeListArray.from_arrays(pa.array(stream, type=pa.int32()), block_size)  # (blocks, block_size), no copy
         writer.write_table(pa.table({"input_ids": column, "labels": column}))
 
-    if isinstance(tokenized, datasets.Dataset):
-        arrow = tokenized.with_format("arrow")
-        batches = (arrow[i : i + PACK_BATCH_ROWS] for i in range(0, tokenized.num_rows, PACK_BATCH_ROWS))
-    else:  # a stream's batches are built in memory: smaller ones
-        batches = tokenized.with_format("arrow").iter(batch_size=256)
+    # views of the file's rows; a stream's batches are built in memory: smaller ones
+    batches = arrow_batches(tokenized, batch_rows=PACK_BATCH_ROWS if isinstance(tokenized, datasets.Dataset) else 256)
     try:
         for table in batches:
             for chunk in table.column("input_ids").chunks:  # never concatenated: a copy of the batch

@@ -204,7 +204,7 @@ def _tail_cut(loaded: RawSplit, fraction: float) -> tuple[int, dict | None, dict
         return loaded.rows, None, None
     if not loaded.by_document:  # a document per row: cut after it
         return row + 1, None, None
-    [record] = next(arrow_batches(loaded.dataset, row, row + 1)).to_pylist()
+    [record] = next(arrow_batches(_row_range(loaded.dataset, row, row + 1))).to_pylist()
     data = record["text"].encode()
     newline = data.find(b"\n", max(int(np.ceil(target - start)) - 1, 0))  # the line end at or after the target
     cut = len(data) if newline < 0 else newline + 1

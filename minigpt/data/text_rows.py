@@ -19,7 +19,6 @@ PIECE_CHARS = 1 << 16  # characters per row at most (twice that where a line run
 INVALID_CHARS = ("\ufffd", "\x00")  # what undecodable bytes become (errors="replace") and binary's NULs
 LOADER_VERSION = 1  # bump when the rows made from the same files change (part of the cache fingerprint)
 WRITER_BATCH_ROWS = 64  # rows a loading process holds before writing (datasets' 1000 x 128K characters is too many)
-SCAN_BATCH_ROWS = 10_000  # rows per Arrow batch when scanning
 
 
 def text_features() -> datasets.Features:
@@ -113,25 +112,12 @@ def counted(name: str, dataset: datasets.Dataset | datasets.IterableDataset) -> 
 
 
 def arrow_batches(
-    dataset: datasets.Dataset | datasets.IterableDataset,
-    start: int = 0,
-    stop: int | None = None,
-    columns: list[str] | None = None,
-    batch_rows: int = SCAN_BATCH_ROWS,
+    dataset: datasets.Dataset | datasets.IterableDataset, columns: list[str] | None = None, batch_rows: int = 10_000
 ) -> Iterator[pa.Table]:
-    """Rows [start, stop) as Arrow tables of `batch_rows` rows (memory: one batch), only `columns`."""
+    """The rows as Arrow tables of `batch_rows` rows (memory: one batch), only `columns`."""
     if columns is not None:
         dataset = dataset.select_columns(columns)
-    if isinstance(dataset, datasets.Dataset):
-        stop = dataset.num_rows if stop is None else stop
-        arrow = dataset.with_format("arrow")  # once: each with_format copies the dataset's description
-        for begin in range(start, stop, batch_rows):
-            yield arrow[begin : min(begin + batch_rows, stop)]
-        return
-    stream = dataset.skip(start) if start else dataset
-    if stop is not None:
-        stream = stream.take(stop - start)
-    yield from stream.with_format("arrow").iter(batch_size=batch_rows)
+    return dataset.with_format("arrow").iter(batch_size=batch_rows)
 
 
 def numbers(table: pa.Table, column: str) -> np.ndarray:
