@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +21,7 @@ from ..atomic import atomic_output_dir
 from ..distributed import is_main_process
 from ..errors import ConfigError, DataError
 from .chat_template import ROLES
-from .corpus import META_FILE, PreparedCorpus, SplitStats, load_prepared
+from .corpus import META_FILE, PreparedCorpus, SplitStats, load_prepared, write_meta
 from .settings import check_block_size, seeded_unit
 from .sources import Sources
 from .token_bytes import IGNORE_INDEX
@@ -224,15 +224,8 @@ def prepare_chat_corpus(
             scored = [t for e in encoded for t in e.labels if t != IGNORE_INDEX]
             text_bytes = len(tokenizer.decode(scored, skip_special_tokens=True).encode("utf-8"))
             tokens, dropped = sum(len(e.input_ids) for e in encoded), sum(e.dropped_tokens for e in encoded)
-            stats[name] = asdict(SplitStats(len(conversations), text_bytes, tokens, len(encoded), dropped))
-        meta = {
-            "block_size": settings.block_size,
-            "vocab_size": len(tokenizer),
-            "eos_token_id": tokenizer.eos_token_id,
-            "tokenizer_fingerprint": tokenizer_id,
-            "stats": stats,
-        }
-        (staging / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+            stats[name] = SplitStats(len(conversations), text_bytes, tokens, len(encoded), dropped)
+        write_meta(staging, tokenizer, settings.block_size, stats)
     corpus = load_prepared(target)
     corpus.reused = False
     return corpus

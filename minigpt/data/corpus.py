@@ -103,12 +103,7 @@ def prepare_corpus(
     else:
         print(f"preparing blocks in {target}")
         with datasets_progress_bars(settings.show_progress), atomic_output_dir(target) as staging:
-            meta = _prepare_into(staging, sources, tokenizer)
-            files = sources.train.paths + (sources.validation.paths if sources.validation else [])
-            # the sources by count and first name: a list of every file would grow with the corpus
-            meta.update(tokenizer_fingerprint=tokenizer_id, format=sources.train.format, source_files=len(files))
-            meta.update(first_source=str(files[0]))
-            (staging / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+            _prepare_into(staging, sources, tokenizer)
     corpus = load_prepared(target)
     corpus.reused = reused
     corpus.report = read_report(target, settings) or _report_again(target, sources, corpus)
@@ -154,8 +149,21 @@ def _forking() -> Iterator[None]:
             os.environ["TOKENIZERS_PARALLELISM"] = saved
 
 
-def _prepare_into(staging: Path, sources: Sources, tokenizer: PreTrainedTokenizerFast) -> dict:
-    """Tokenize and pack both splits into `staging`; return the meta record (stats per split)."""
+def write_meta(folder: Path, tokenizer: PreTrainedTokenizerFast, block_size: int, stats: dict, **more: object) -> None:
+    """`META_FILE` of prepared rows: what `load_prepared` and `check_compatible` read, and `more`."""
+    meta = {
+        "block_size": block_size,
+        "vocab_size": len(tokenizer),
+        "eos_token_id": tokenizer.eos_token_id,
+        "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer),
+        "stats": {name: asdict(s) for name, s in stats.items()},
+        **more,
+    }
+    (folder / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+
+
+def _prepare_into(staging: Path, sources: Sources, tokenizer: PreTrainedTokenizerFast) -> None:
+    """Tokenize and pack both splits into `staging`, with their report and `META_FILE`."""
     settings = sources.settings
     raw = load_raw_corpus(sources)
     backend = data_tokenizer(tokenizer)
@@ -193,13 +201,10 @@ def _prepare_into(staging: Path, sources: Sources, tokenizer: PreTrainedTokenize
         )
     report = build_report(raw, settings, stats["train"].tokens, stats["validation"].tokens)
     (staging / REPORT_FILE).write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
-    return {
-        "block_size": settings.block_size,
-        "vocab_size": len(tokenizer),
-        "eos_token_id": tokenizer.eos_token_id,
-        "stats": {name: asdict(s) for name, s in stats.items()},
-        "settings": asdict(settings),
-    }
+    files = sources.train.paths + (sources.validation.paths if sources.validation else [])
+    # the sources by count and first name: a list of every file would grow with the corpus
+    more = dict(format=sources.train.format, source_files=len(files), first_source=str(files[0]))
+    write_meta(staging, tokenizer, settings.block_size, stats, settings=asdict(settings), **more)
 
 
 def load_prepared(folder: str | Path) -> PreparedCorpus:

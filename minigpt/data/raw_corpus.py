@@ -124,13 +124,11 @@ def _load(source: SourceList, settings: DataSettings, role: str) -> RawSplit:
 
 def _load_saved(path: Path, role: str) -> datasets.Dataset:
     loaded = datasets.load_from_disk(str(path))
-    if isinstance(loaded, datasets.DatasetDict):
-        if len(loaded) == 1:
-            return next(iter(loaded.values()))
-        if role not in loaded:
-            raise DataError(f"{role} folder {path} has splits {', '.join(loaded)} but no {role!r} split")
-        return loaded[role]
-    return loaded
+    if not isinstance(loaded, datasets.DatasetDict):
+        return loaded
+    if len(loaded) > 1 and role not in loaded:
+        raise DataError(f"{role} folder {path} has splits {', '.join(loaded)} but no {role!r} split")
+    return loaded[role] if role in loaded else next(iter(loaded.values()))
 
 
 def _text_field(dataset, field: str, role: str, names: str):

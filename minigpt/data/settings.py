@@ -48,12 +48,9 @@ class DataSettings:
 
     def validate(self) -> None:
         """Raise `ConfigError` naming the field for impossible values."""
-        if self.format not in FORMATS:
-            raise ConfigError(f"data.format must be one of {', '.join(FORMATS)}, got {self.format!r}")
-        if self.validation_split not in VALIDATION_SPLITS:
-            raise ConfigError(
-                f"data.validation_split must be one of {', '.join(VALIDATION_SPLITS)}, got {self.validation_split!r}"
-            )
+        for name, allowed in (("format", FORMATS), ("validation_split", VALIDATION_SPLITS)):
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"data.{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
         if not self.validation_files and not 0.0 < self.validation_fraction < 1.0:
             raise ConfigError(f"data.validation_fraction must be in (0, 1), got {self.validation_fraction}")
         if self.format == "chat" and self.shift_blocks:

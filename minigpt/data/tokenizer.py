@@ -33,7 +33,6 @@ TRAINING_RECORD = "minigpt_tokenizer.json"  # the settings and data a saved toke
 LOAD_ONLY_KEYS = ("is_local", "local_files_only")
 RECORD_KEYS_ADDED = {"chat_tokens": False}  # what a record from before a setting existed means by its absence
 SAMPLE_SEED_SALT = 0x70C5A3E1  # the sample's draw is another than the validation split's (same data.seed)
-DRAW_CHUNK = 1 << 20  # rows drawn at a time
 
 
 def train_tokenizer(
@@ -169,18 +168,12 @@ def training_text(split: RawSplit, settings: TokenizerSettings, seed: int) -> Tr
             capped += int(np.minimum(sizes, cap).sum()) if cap else int(sizes.sum())
         p, salted = min(1.0, plan["max_bytes"] / max(capped, 1)), plan["seed"] ^ SAMPLE_SEED_SALT
         text.expected_bytes = min(plan["max_bytes"], capped)
-        if isinstance(split.dataset, datasets.IterableDataset):  # a stream: filtered as it is read
-            dataset = split.dataset.filter(
-                lambda indices: list(seeded_unit(np.asarray(indices), salted) < p),
-                batched=True, with_indices=True, input_columns=[],
-            )
-            text.rows = int(round(p * split.rows))
-        else:  # drawn in chunks: memory for the rows kept, not for every row
-            picked = np.concatenate([
-                start + np.flatnonzero(seeded_unit(np.arange(start, min(start + DRAW_CHUNK, split.rows)), salted) < p)
-                for start in range(0, split.rows, DRAW_CHUNK)
-            ])
-            dataset, text.rows = split.dataset.select(picked), len(picked)  # rows in order: read front to back
+        dataset = split.dataset.filter(  # by row index: the text is not read
+            lambda indices: list(seeded_unit(np.asarray(indices), salted) < p),
+            batched=True, with_indices=True, input_columns=[],
+        )
+        # a stream is filtered as it is read: its rows are those expected
+        text.rows = len(dataset) if isinstance(dataset, datasets.Dataset) else int(round(p * split.rows))
     text.texts = _counted(text, dataset, cap)
     return text
 
