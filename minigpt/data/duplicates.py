@@ -25,7 +25,7 @@ from ..console import plural
 from ..distributed import is_main_process
 from .settings import DataSettings
 from .sources import SourceList
-from .text_rows import RawSplit, arrow_batches, counted, numbers
+from .text_rows import RawSplit, arrow_batches, keep_documents, numbers
 
 SHINGLE_WORDS = 5  # words per shingle
 THRESHOLD = 0.8  # estimated Jaccard similarity of the shingle sets at which a document is a near duplicate
@@ -172,18 +172,8 @@ def deduplicated(
             json.dump(record, handle)
     kept = []
     for split, removed in zip(splits, record["removed"], strict=True):
-        if removed:
-            by_document = "doc" in (split.dataset.column_names or [])
-            dataset = split.dataset.filter(
-                _kept,
-                batched=True,
-                with_indices=True,
-                input_columns=["doc"] if by_document else [],  # never the text
-                fn_kwargs={"removed": np.asarray(removed, dtype=np.int64)},
-                **({} if isinstance(split.dataset, datasets.IterableDataset) else {"desc": "data.dedup"}),
-            )
-            split = counted(split.name, dataset)
-        kept.append(split)
+        removed = np.asarray(removed, dtype=np.int64)
+        kept.append(keep_documents(split, split.name, "data.dedup", _kept, removed=removed) if len(removed) else split)
     pools = record["pools"]
     line = (
         f"data.dedup: removed {plural(sum(p['exact'] + p['near'] for p in pools), 'document')} of "

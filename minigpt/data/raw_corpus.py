@@ -24,6 +24,7 @@ from .text_rows import (
     RawSplit,
     arrow_batches,
     counted,
+    keep_documents,
     load_text_files,
     numbers,
     row_bytes,
@@ -233,16 +234,7 @@ def _in_validation(*columns_and_indices, seed: int, fraction: float, keep: bool)
 
 def _split_random(loaded: RawSplit, settings: DataSettings) -> tuple[RawSplit, RawSplit]:
     """Whole documents drawn for validation by a seeded hash of their index (the same streamed)."""
-    splits = []
-    for name, keep in (("train", False), ("validation", True)):
-        part = loaded.dataset.filter(
-            _in_validation,
-            batched=True,
-            with_indices=True,
-            input_columns=["doc"] if loaded.by_document else [],  # never the text
-            fn_kwargs=dict(seed=settings.seed, fraction=settings.validation_fraction, keep=keep),
-            **({} if isinstance(loaded.dataset, datasets.IterableDataset) else {"desc": f"{name} documents"}),
-        )
-        splits.append(counted(name, part))
-    return splits[0], splits[1]
+    draw = dict(seed=settings.seed, fraction=settings.validation_fraction)
+    train = keep_documents(loaded, "train", "train documents", _in_validation, keep=False, **draw)
+    return train, keep_documents(loaded, "validation", "validation documents", _in_validation, keep=True, **draw)
 

@@ -5,7 +5,7 @@ rows of up to PIECE_CHARS characters cut after a line end, each counted as it is
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import datasets
@@ -109,6 +109,22 @@ def counted(name: str, dataset: datasets.Dataset | datasets.IterableDataset) -> 
             documents += int((np.diff(doc) != 0).sum()) + int(doc[0] != last_doc)
             last_doc = int(doc[-1])
     return RawSplit(name, dataset, rows, size, documents)
+
+
+def keep_documents(
+    split: RawSplit, name: str, desc: str, predicate: Callable[..., list[bool]], **fn_kwargs: object
+) -> RawSplit:
+    """The rows of `split` whose document `predicate` keeps, as the split `name`. `predicate` gets the
+    documents' keys (a text file's `doc` column, else the row indices) and `fn_kwargs`, never the text."""
+    dataset = split.dataset.filter(
+        predicate,
+        batched=True,
+        with_indices=True,
+        input_columns=["doc"] if split.by_document else [],
+        fn_kwargs=fn_kwargs,
+        **({} if isinstance(split.dataset, datasets.IterableDataset) else {"desc": desc}),
+    )
+    return counted(name, dataset)
 
 
 def arrow_batches(
