@@ -22,7 +22,7 @@ from ..distributed import is_main_process
 from ..errors import ConfigError, DataError
 from .chat_template import ROLES
 from .corpus import META_FILE, PreparedCorpus, SplitStats, load_prepared, write_meta
-from .settings import check_block_size, seeded_unit
+from .settings import seeded_unit
 from .sources import Sources
 from .token_bytes import IGNORE_INDEX
 from .tokenizer import tokenizer_fingerprint
@@ -187,13 +187,9 @@ class ChatCollator:
         return {"input_ids": padded("input_ids", self.pad_token_id), "labels": padded("labels", IGNORE_INDEX)}
 
 
-def prepare_chat_corpus(
-    sources: Sources, tokenizer: PreTrainedTokenizerFast, max_position_embeddings: int | None = None
-) -> PreparedCorpus:
+def prepare_chat_corpus(sources: Sources, tokenizer: PreTrainedTokenizerFast) -> PreparedCorpus:
     """Encoded, cached train and validation conversations of `sources` for `tokenizer`."""
     settings = sources.settings
-    if max_position_embeddings is not None:
-        check_block_size(settings.block_size, max_position_embeddings)
     check_chat_tokenizer(tokenizer)
     tokenizer_id = tokenizer_fingerprint(tokenizer)
     split = sources.validation is None

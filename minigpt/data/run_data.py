@@ -19,6 +19,7 @@ from .chat_data import ChatCollator, prepare_chat_corpus
 from .chat_template import add_chat_tokens, stop_token_ids
 from .corpus import PreparedCorpus, prepare_corpus
 from .corpus_report import CorpusReport
+from .settings import check_block_size
 from .sources import Sources
 from .token_bytes import IGNORE_INDEX, token_byte_lengths
 
@@ -202,7 +203,9 @@ def prepare_run_data(
     if settings.format == "chat":
         note, added = add_chat_tokens(tokenizer)
         notes += [note] if note else []
-        corpus = prepare_chat_corpus(sources, tokenizer, max_position_embeddings=max_position_embeddings)
+        if max_position_embeddings is not None:
+            check_block_size(settings.block_size, max_position_embeddings)
+        corpus = prepare_chat_corpus(sources, tokenizer)
         train: Any = corpus.train
         collator: Callable = ChatCollator(tokenizer.pad_token_id)  # padded to each batch's longest
         rows, what = "conversations", f"of up to {settings.block_size} tokens, padded per batch"
