@@ -1,15 +1,5 @@
-"""Conversations as training data (`data.format: chat`): checked, encoded with the loss on the
-assistant's tokens only, and cached as the data stage caches blocks.
-
-A conversation is a JSON object per line, `{"messages": [{"role": ..., "content": ...}, ...]}` with
-roles system, user and assistant (TRL's and the hub's chat data sets), or a row of a `save_to_disk`
-folder with a `messages` column; a bad one is a one-line `DataError` naming its file and line.
-`apply_chat_template(..., return_assistant_tokens_mask=True)` marks the tokens inside the template's
-`{% generation %}` markers (each reply and its `<|im_end|>`); labels are those ids and IGNORE_INDEX
-elsewhere. A conversation longer than the context loses whole exchanges from the front (system
-lines stay) until it fits, then tokens from the front; one with no assistant token left in its last
-`block_size` tokens is a `DataError`. `prepare_chat_corpus` saves both splits under
-`<cache_dir>/chat/<key>/` (whole or not at all) and returns a `PreparedCorpus`, a row per conversation.
+"""Conversations as training data (`data.format: chat`, docs/chat.md): checked, encoded with the
+loss on the assistant's tokens only (the template's `{% generation %}` markers), and cached as blocks are.
 """
 
 from __future__ import annotations
@@ -17,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,8 +21,8 @@ from ..atomic import atomic_output_dir
 from ..distributed import is_main_process
 from ..errors import ConfigError, DataError
 from .chat_template import ROLES
-from .corpus import META_FILE, PreparedCorpus, SplitStats, load_prepared
-from .settings import check_block_size, seeded_unit
+from .corpus import META_FILE, PreparedCorpus, SplitStats, load_prepared, write_meta
+from .settings import seeded_unit
 from .sources import Sources
 from .token_bytes import IGNORE_INDEX
 from .tokenizer import tokenizer_fingerprint
@@ -197,13 +187,9 @@ class ChatCollator:
         return {"input_ids": padded("input_ids", self.pad_token_id), "labels": padded("labels", IGNORE_INDEX)}
 
 
-def prepare_chat_corpus(
-    sources: Sources, tokenizer: PreTrainedTokenizerFast, max_position_embeddings: int | None = None
-) -> PreparedCorpus:
+def prepare_chat_corpus(sources: Sources, tokenizer: PreTrainedTokenizerFast) -> PreparedCorpus:
     """Encoded, cached train and validation conversations of `sources` for `tokenizer`."""
     settings = sources.settings
-    if max_position_embeddings is not None:
-        check_block_size(settings.block_size, max_position_embeddings)
     check_chat_tokenizer(tokenizer)
     tokenizer_id = tokenizer_fingerprint(tokenizer)
     split = sources.validation is None
@@ -234,16 +220,8 @@ def prepare_chat_corpus(
             scored = [t for e in encoded for t in e.labels if t != IGNORE_INDEX]
             text_bytes = len(tokenizer.decode(scored, skip_special_tokens=True).encode("utf-8"))
             tokens, dropped = sum(len(e.input_ids) for e in encoded), sum(e.dropped_tokens for e in encoded)
-            stats[name] = asdict(SplitStats(len(conversations), text_bytes, tokens, len(encoded), dropped))
-        meta = {
-            "block_size": settings.block_size,
-            "vocab_size": len(tokenizer),
-            "eos_token_id": tokenizer.eos_token_id,
-            "tokenizer_fingerprint": tokenizer_id,
-            "stats": stats,
-            "sources": [str(p) for p in sources.train.paths + (sources.validation.paths if sources.validation else [])],
-        }
-        (staging / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+            stats[name] = SplitStats(len(conversations), text_bytes, tokens, len(encoded), dropped)
+        write_meta(staging, tokenizer, settings.block_size, stats)
     corpus = load_prepared(target)
     corpus.reused = False
     return corpus

@@ -29,9 +29,8 @@ def make_chat_ready(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) 
 
 @torch.no_grad()
 def fit_embeddings(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, added_ids: list[int]) -> str | None:
-    """Rows for the tokens `added_ids` a trained model has never seen: the embeddings grow to
-    `len(tokenizer)` (a tied head with them) and the new rows (an untied head's too) start at the mean
-    of the trained rows. The line saying so, or None."""
+    """Rows for the tokens `added_ids` a trained model has never seen, at the mean of the trained rows
+    (an untied head's too); the line saying so, or None."""
     if not added_ids:
         return None
     rows = model.get_input_embeddings().weight.shape[0]

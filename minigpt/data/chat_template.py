@@ -1,9 +1,5 @@
-"""The chat format every MiniGPT tokenizer carries: ChatML role tokens and its Jinja template.
-
-ChatML (`<|im_start|>role\\ncontent<|im_end|>\\n`) is Qwen's; transformers applies it from
-`tokenizer.chat_template` and llama.cpp recognises it in a GGUF. The assistant's turns are wrapped in
-`{% generation %}` markers, so `apply_chat_template(..., return_assistant_tokens_mask=True)` marks
-what the model is trained to write: each reply and its `<|im_end|>`, never the role header.
+"""The chat format every MiniGPT tokenizer carries: ChatML role tokens and its Jinja template, the
+assistant's turns inside `{% generation %}` markers so `return_assistant_tokens_mask` marks them.
 """
 
 from __future__ import annotations
@@ -59,9 +55,8 @@ def stop_token_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
 
 
 def add_chat_tokens(tokenizer: PreTrainedTokenizerBase) -> tuple[str | None, list[int]]:
-    """Give `tokenizer` ChatML's role tokens (special tokens after its vocabulary, as TRL's
-    `setup_chat_format`) and `CHAT_TEMPLATE` where it lacks them, in place: (the line saying what was
-    added or None, the ids added, which a trained model needs rows for: `chat_ready.fit_embeddings`)."""
+    """Give `tokenizer` ChatML's role tokens (as TRL's `setup_chat_format`) and `CHAT_TEMPLATE` where it
+    lacks them, in place: (the line saying what was added or None, the ids added)."""
     before = len(tokenizer)
     missing = [token for token in CHAT_TOKENS if token not in tokenizer.get_vocab()]
     done = []

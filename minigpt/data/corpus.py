@@ -1,11 +1,7 @@
 """From found `Sources` to packed, cached blocks of `block_size` tokens: `prepare_corpus`.
 
-The raw text (`raw_corpus`) is tokenized by a `Dataset.map(num_proc=...)`, then packed in one
-sequential pass that carries the unfinished block from batch to batch, so the only tokens not used
-are the last `< block_size` of each split (a batched map cannot carry state; run_clm's packing drops
-a remainder per batch). The blocks are cached under `<cache_dir>/blocks/<key>/`, the key a hash of
-every setting that changes them, the tokenizer and the sources' key; a second run with the same key
-reuses them (memory-mapped Arrow). The folder appears whole or not at all (staging, then a rename).
+Packing is one sequential pass that carries the unfinished block from batch to batch, so only the last
+`< block_size` tokens of each split are dropped (run_clm's batched map drops a remainder per batch).
 """
 
 from __future__ import annotations
@@ -36,7 +32,7 @@ from .corpus_report import REPORT_FILE, CorpusReport, build_report, read_report
 from .raw_corpus import load_raw_corpus
 from .settings import check_block_size
 from .sources import Sources
-from .text_rows import PIECE_CHARS, RawSplit
+from .text_rows import PIECE_CHARS, RawSplit, arrow_batches
 from .tokenizer import tokenizer_fingerprint
 
 if TYPE_CHECKING:
@@ -92,9 +88,7 @@ class PreparedCorpus:
 def prepare_corpus(
     sources: Sources, tokenizer: PreTrainedTokenizerFast, max_position_embeddings: int | None = None
 ) -> PreparedCorpus:
-    """Packed, cached train/validation blocks of `sources` for `tokenizer`; `DataError`/`ConfigError`
-    (one line) for unusable data or settings, no partial cache left. With the model's
-    `max_position_embeddings`, data.block_size is checked against it first."""
+    """Packed, cached train/validation blocks of `sources` for `tokenizer`; no partial cache left on error."""
     settings = sources.settings
     if max_position_embeddings is not None:
         check_block_size(settings.block_size, max_position_embeddings)
@@ -102,22 +96,17 @@ def prepare_corpus(
         raise ConfigError("the tokenizer has no eos_token; documents cannot be separated")
     tokenizer_id = tokenizer_fingerprint(tokenizer)
     target = Path(settings.cache_dir) / "blocks" / cache_key(sources, tokenizer_id)
-    if (target / META_FILE).is_file():
+    reused = (target / META_FILE).is_file()
+    if reused:
         if is_main_process():  # under `accelerate launch` the other processes load silently
             print(f"reusing prepared blocks in {target}")
-        corpus = load_prepared(target)
-        corpus.report = read_report(target, settings) or _report_again(target, sources, corpus)
-        return corpus
-    print(f"preparing blocks in {target}")
-    with datasets_progress_bars(settings.show_progress), atomic_output_dir(target) as staging:
-        meta = _prepare_into(staging, sources, tokenizer)
-        files = sources.train.paths + (sources.validation.paths if sources.validation else [])
-        # the sources by count and first name: a list of every file would grow with the corpus
-        meta.update(tokenizer_fingerprint=tokenizer_id, format=sources.train.format, source_files=len(files))
-        meta.update(first_source=str(files[0]))
-        (staging / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    else:
+        print(f"preparing blocks in {target}")
+        with datasets_progress_bars(settings.show_progress), atomic_output_dir(target) as staging:
+            _prepare_into(staging, sources, tokenizer)
     corpus = load_prepared(target)
-    corpus.reused, corpus.report = False, read_report(target, settings)
+    corpus.reused = reused
+    corpus.report = read_report(target, settings) or _report_again(target, sources, corpus)
     return corpus
 
 
@@ -144,14 +133,9 @@ def _report_again(target: Path, sources: Sources, corpus: PreparedCorpus) -> Cor
 
 
 @contextlib.contextmanager
-def _forking(active: bool) -> Iterator[None]:
-    """For map workers forked from this process: the parent's heap frozen (a worker's garbage
-    collector would otherwise touch, and so copy, hundreds of MB of inherited pages) and one
-    tokenizer thread each (a process per core already uses the cores; no warning about a fork after
-    threads ran). The variable is put back for this process."""
-    if not active:
-        yield
-        return
+def _forking() -> Iterator[None]:
+    """For forked map workers: the parent's heap frozen (a worker's garbage collector would copy its
+    pages) and one tokenizer thread each (a process per core already uses the cores)."""
     gc.collect()
     gc.freeze()
     saved = os.environ.get("TOKENIZERS_PARALLELISM")
@@ -160,14 +144,26 @@ def _forking(active: bool) -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
-        if saved is None:
-            del os.environ["TOKENIZERS_PARALLELISM"]
-        else:
+        os.environ.pop("TOKENIZERS_PARALLELISM")
+        if saved is not None:
             os.environ["TOKENIZERS_PARALLELISM"] = saved
 
 
-def _prepare_into(staging: Path, sources: Sources, tokenizer: PreTrainedTokenizerFast) -> dict:
-    """Tokenize and pack both splits into `staging`; return the meta record (stats per split)."""
+def write_meta(folder: Path, tokenizer: PreTrainedTokenizerFast, block_size: int, stats: dict, **more: object) -> None:
+    """`META_FILE` of prepared rows: what `load_prepared` and `check_compatible` read, and `more`."""
+    meta = {
+        "block_size": block_size,
+        "vocab_size": len(tokenizer),
+        "eos_token_id": tokenizer.eos_token_id,
+        "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer),
+        "stats": {name: asdict(s) for name, s in stats.items()},
+        **more,
+    }
+    (folder / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+
+
+def _prepare_into(staging: Path, sources: Sources, tokenizer: PreTrainedTokenizerFast) -> None:
+    """Tokenize and pack both splits into `staging`, with their report and `META_FILE`."""
     settings = sources.settings
     raw = load_raw_corpus(sources)
     backend = data_tokenizer(tokenizer)
@@ -183,7 +179,7 @@ def _prepare_into(staging: Path, sources: Sources, tokenizer: PreTrainedTokenize
             tokenized = split.dataset.map(lambda *c, **k: tokenize_batch(*c, **k).to_pydict(), **common)
         else:
             processes = min(settings.processes(), max(1, -(-split.rows // batch)))
-            with _forking(processes > 1):
+            with _forking() if processes > 1 else contextlib.nullcontext():
                 tokenized = split.dataset.map(
                     tokenize_batch,
                     features=datasets.Features({"input_ids": datasets.List(datasets.Value(TOKEN_DTYPE))}),
@@ -205,22 +201,16 @@ def _prepare_into(staging: Path, sources: Sources, tokenizer: PreTrainedTokenize
         )
     report = build_report(raw, settings, stats["train"].tokens, stats["validation"].tokens)
     (staging / REPORT_FILE).write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
-    return {
-        "block_size": settings.block_size,
-        "vocab_size": len(tokenizer),
-        "eos_token_id": tokenizer.eos_token_id,
-        "stats": {name: asdict(s) for name, s in stats.items()},
-        "settings": asdict(settings),
-    }
+    files = sources.train.paths + (sources.validation.paths if sources.validation else [])
+    # the sources by count and first name: a list of every file would grow with the corpus
+    more = dict(format=sources.train.format, source_files=len(files), first_source=str(files[0]))
+    write_meta(staging, tokenizer, settings.block_size, stats, settings=asdict(settings), **more)
 
 
 def load_prepared(folder: str | Path) -> PreparedCorpus:
     """Open a folder written by `prepare_corpus` or `prepare_chat_corpus` (memory-mapped, nothing copied)."""
     folder = Path(folder)
-    try:
-        meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DataError(f"{folder} holds no prepared blocks ({META_FILE} missing)") from None
+    meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
     splits = {name: datasets.Dataset.from_file(str(folder / f"{name}.arrow")) for name in ("train", "validation")}
     stats = {name: SplitStats(**meta["stats"][name]) for name in splits}
     for name, dataset in splits.items():
@@ -241,10 +231,8 @@ def check_compatible(
     corpus: PreparedCorpus | None = None,
     allow_larger_vocab: bool = False,
 ) -> None:
-    """A one-line `ConfigError` unless the tokenizer, the model config's values (`vocab_size`, the
-    ids not None) and the prepared corpus agree: a smaller embedding crashes mid-run, other special ids
-    generate and pad wrongly, blocks of another tokenizer mean other text. The model's vocabulary may
-    exceed `len(tokenizer)` only with `allow_larger_vocab` (an embedding padded for speed, say)."""
+    """A one-line `ConfigError` unless the tokenizer, the model config's values (the ids not None) and
+    the prepared corpus agree; a larger model vocabulary only with `allow_larger_vocab` (padded)."""
     size = len(tokenizer)  # includes added special tokens, unlike tokenizer.vocab_size
     if vocab_size < size or (vocab_size > size and not allow_larger_vocab):
         raise ConfigError(f"the model's vocab_size is {vocab_size} but the tokenizer has {size} tokens")
@@ -281,9 +269,8 @@ def data_tokenizer(tokenizer: PreTrainedTokenizerFast) -> Tokenizer:
 def tokenize_batch(
     texts: list[str | None], ends: list[bool] | None = None, *, tokenizer: Tokenizer, eos_id: int
 ) -> pa.Table:
-    """`Dataset.map` function over `text` (and text files' `end`: None = every row is a document): the
-    token ids of each row, EOS after a row that ends a document (an empty row gives none), as one int32
-    Arrow array per batch (4 bytes a token, no Python ints)."""
+    """`Dataset.map` function: each row's ids, EOS after a row that ends a document (`ends` None: every
+    row with text), as one int32 Arrow array per batch (no Python ints)."""
     texts = [text or "" for text in texts]
     ends = [bool(text) for text in texts] if ends is None else ends
     rows = []
@@ -322,8 +309,8 @@ def write_blocks(
     total_rows: int | None = None,
     show_progress: bool = True,
 ) -> PackResult:
-    """Pack the token stream of `tokenized` into blocks written to the Arrow file `path`. Blocks are written from zero-copy views of the tokenized rows; only a
-    block that spans two chunks is copied, so memory grows with neither the batch nor the corpus."""
+    """Pack the token stream of `tokenized` into blocks in the Arrow file `path`, from zero-copy views:
+    only a block that spans two chunks is copied."""
     writer = ArrowWriter(features=block_features(block_size), path=str(path))
     carry = np.empty(0, dtype=np.int32)  # tokens of the unfinished block, carried to the next chunk
     tokens = blocks = 0
@@ -333,11 +320,8 @@ def write_blocks(
         column = pa.FixedSizeListArray.from_arrays(pa.array(stream, type=pa.int32()), block_size)  # (blocks, block_size), no copy
         writer.write_table(pa.table({"input_ids": column, "labels": column}))
 
-    if isinstance(tokenized, datasets.Dataset):
-        arrow = tokenized.with_format("arrow")
-        batches = (arrow[i : i + PACK_BATCH_ROWS] for i in range(0, tokenized.num_rows, PACK_BATCH_ROWS))
-    else:  # a stream's batches are built in memory: smaller ones
-        batches = tokenized.with_format("arrow").iter(batch_size=256)
+    # views of the file's rows; a stream's batches are built in memory: smaller ones
+    batches = arrow_batches(tokenized, batch_rows=PACK_BATCH_ROWS if isinstance(tokenized, datasets.Dataset) else 256)
     try:
         for table in batches:
             for chunk in table.column("input_ids").chunks:  # never concatenated: a copy of the batch

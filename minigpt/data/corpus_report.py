@@ -1,12 +1,5 @@
-"""A report on the corpus before training: its size, its duplicates, and what a plan makes of it.
-
-Built where the blocks are prepared and cached beside them (`REPORT_FILE`): per split documents,
-bytes, tokens; the exact and near-duplicate documents of training (`duplicates.py`); the validation
-documents that copy a training one (they make validation flatter the model). Training adds its plan
-(`with_plan`: epochs and tokens per parameter), prints `lines()` and writes the report into the run.
-At most `data.report_max_documents` documents and REPORT_MAX_BYTES of their text are compared, drawn
-by `data.seed` across each split, so a 10 GB corpus costs seconds; counts from a sample say so (a
-copy is found only when both it and its original are drawn).
+"""A report on the corpus before training: its size, its duplicates, and what a plan makes of it
+(docs/data.md, "Duplicates and the corpus report"). Cached beside the prepared blocks (`REPORT_FILE`).
 """
 
 from __future__ import annotations
@@ -187,9 +180,7 @@ def scan_corpus(raw: RawCorpus, settings: DataSettings) -> tuple[SplitScan, Spli
     return scans[0], scans[1], sample
 
 
-def build_report(
-    raw: RawCorpus, settings: DataSettings, train_tokens: int, validation_tokens: int
-) -> CorpusReport:
+def build_report(raw: RawCorpus, settings: DataSettings, train_tokens: int, validation_tokens: int) -> CorpusReport:
     """The report on `raw` (its text compared now) with the prepared splits' token counts."""
     train, validation, sample = scan_corpus(raw, settings)
     sizes = [

@@ -1,11 +1,8 @@
 """Exact and near-duplicate documents: what the corpus report counts and `data.dedup` removes.
 
-Exact: the same text up to its whitespace (a BLAKE2b digest). Near: datasketch's MinHash of the
-document's word 5-grams at Jaccard >= 0.8 (Lee et al. 2022, "Deduplicating Training Data Makes
-Language Models Better"): candidates from a MinHashLSH tuned for 0.7 (LSH alone at 0.8 finds about
-60% of the pairs at 0.84), each confirmed by the MinHash estimate, whose standard error is 0.035 at
-0.8: a copy at 0.84 is found about 85% of the time, from 0.9 always, at 0.7 never. A document is
-compared by its first PREFIX_CHARS characters, so a huge file costs what a short one does.
+Exact: the same text up to its whitespace. Near: MinHash of word 5-grams at Jaccard >= 0.8 (Lee et al.
+2022), candidates from a MinHashLSH tuned for 0.7 (LSH alone at 0.8 misses many pairs), each confirmed by
+the MinHash estimate (standard error 0.035 at 0.8). Recall figures: docs/data.md.
 """
 
 from __future__ import annotations
@@ -28,7 +25,7 @@ from ..console import plural
 from ..distributed import is_main_process
 from .settings import DataSettings
 from .sources import SourceList
-from .text_rows import RawSplit, arrow_batches, counted, numbers
+from .text_rows import RawSplit, arrow_batches, keep_documents, numbers
 
 SHINGLE_WORDS = 5  # words per shingle
 THRESHOLD = 0.8  # estimated Jaccard similarity of the shingle sets at which a document is a near duplicate
@@ -47,12 +44,6 @@ def _prototype() -> MinHash:
     return MinHash(num_perm=NUM_PERM, seed=MINHASH_SEED, hashfunc=zlib.crc32)
 
 
-def minhash_scheme() -> str:
-    """datasketch's permutation scheme ("affine32" from datasketch 2, "legacy" before): dedup's
-    cached decisions are kept per scheme."""
-    return getattr(_prototype(), "scheme", "legacy")
-
-
 @dataclass
 class Document:
     """A document to compare: its key in its split and its first PREFIX_CHARS characters."""
@@ -62,9 +53,8 @@ class Document:
 
 
 def join_documents(batches: Iterable[tuple[np.ndarray, list[str | None]]]) -> Iterator[Document]:
-    """Documents from batches of (keys, texts) of a split's rows in order: consecutive rows with the
-    same key are pieces of one document (a text file's rows), joined up to PREFIX_CHARS characters.
-    Documents without text are left out."""
+    """Documents with text from batches of (keys, texts): consecutive rows with the same key (a text
+    file's rows) are joined up to PREFIX_CHARS characters."""
     key, parts, size = None, [], 0
     for keys, texts in batches:
         for row_key, text in zip(keys.tolist(), texts, strict=True):
@@ -88,17 +78,13 @@ class Copy:
 
 
 class DuplicateIndex:
-    """Documents seen so far, to tell whether the next one is an exact or a near copy of one.
-
-    Memory: a digest per document, and for each one that is not an exact copy its signature
-    (NUM_PERM x 4 bytes) and its 14 entries in MinHashLSH's in-memory tables (about 4 KB in all).
-    """
+    """Documents seen so far, to tell whether the next one is an exact or a near copy of one (memory:
+    a digest, a signature and 14 MinHashLSH entries per document, about 4 KB)."""
 
     def __init__(self) -> None:
         self._digests: dict[bytes, int] = {}  # digest -> number of the document it was first seen in
         self._lsh = MinHashLSH(threshold=CANDIDATE_THRESHOLD, num_perm=NUM_PERM)
-        dtype = _prototype().hashvalues.dtype  # uint32 (datasketch 2), uint64 before
-        self._signatures = np.empty((1024, NUM_PERM), dtype=dtype)  # row i: document number i
+        self._signatures: list[np.ndarray] = []  # item i: the MinHash values of document number i
         self.size = 0  # documents remembered, numbered 0, 1, ... in the order they were added
 
     def match(self, document: Document, add: bool = True) -> Copy | None:
@@ -111,35 +97,24 @@ class DuplicateIndex:
         shingles = {b" ".join(words[i : i + SHINGLE_WORDS]) for i in range(max(1, len(words) - SHINGLE_WORDS + 1))}
         signature = _prototype().copy()
         signature.update_batch(shingles if words else set())
-        original = self._near(signature)
-        if original is not None:
-            return Copy("near", original)
+        candidates = sorted(self._lsh.query(signature))
+        if candidates:
+            # MinHash.jaccard's estimate (the share of equal hash values) against each stored signature
+            stored = np.stack([self._signatures[c] for c in candidates])  # (candidates, NUM_PERM)
+            similar = (stored == signature.hashvalues).mean(axis=1) >= THRESHOLD
+            if similar.any():
+                return Copy("near", candidates[int(np.argmax(similar))])
         if add:
             self._digests[digest] = self.size
-            self._insert(signature)
+            self._signatures.append(signature.hashvalues)
+            self._lsh.insert(self.size, signature, check_duplication=False)
+            self.size += 1
         return None
-
-    def _near(self, signature: MinHash) -> int | None:
-        candidates = sorted(self._lsh.query(signature))
-        if not candidates:
-            return None
-        # MinHash.jaccard's estimate (the share of equal hash values) against each stored signature
-        similar = (self._signatures[candidates] == signature.hashvalues).mean(axis=1) >= THRESHOLD
-        return candidates[int(np.argmax(similar))] if similar.any() else None
-
-    def _insert(self, signature: MinHash) -> None:
-        if self.size == len(self._signatures):
-            self._signatures = np.concatenate([self._signatures, np.empty_like(self._signatures)])
-        self._signatures[self.size] = signature.hashvalues
-        self._lsh.insert(self.size, signature, check_duplication=False)
-        self.size += 1
 
 
 def document_batches(dataset, picked: np.ndarray | None = None) -> Iterator[tuple[np.ndarray, list]]:
-    """A split's rows as batches of (keys, texts) for `join_documents`, only the documents `picked`
-    (sorted keys) when given. A text file's rows are keyed by its index, and only the rows holding
-    its first PREFIX_CHARS characters are read (found from the `chars` column: a 10 GB file costs one
-    row); other rows by their position. A stream is read through (it cannot skip)."""
+    """A split's rows as batches of (keys, texts) for `join_documents`, only the documents `picked` (sorted
+    keys) when given; of a text file (keyed by its index) only the rows of its first PREFIX_CHARS."""
     by_document = "doc" in (dataset.column_names or [])
     rows = _prefix_rows(dataset, picked) if by_document else picked
     positions = None
@@ -177,14 +152,13 @@ def deduplicated(
     splits: list[RawSplit], sources: list[SourceList], settings: DataSettings
 ) -> tuple[list[RawSplit], dict]:
     """`splits` without the documents data.dedup removes, and what it removed per pool ("corpus", or
-    "validation" and "train"). Sources are compared in order through one `DuplicateIndex`: a document
-    that copies one kept before it goes. The decisions are cached under data.cache_dir/dedup/ by the
-    sources' keys (comparing is the costly part, and a run loads its corpus more than once)."""
+    "validation" and "train"); the decisions are cached under data.cache_dir/dedup/ by the sources' keys."""
     decisive = {
         "inputs": [source.key for source in sources],
         "format": sources[0].format,
         "text_field": None if sources[0].format == "text" else settings.text_field,
-        "comparison": [SHINGLE_WORDS, THRESHOLD, NUM_PERM, PREFIX_CHARS, minhash_scheme()],
+        # datasketch's permutation scheme ("affine32" from datasketch 2, "legacy" before)
+        "comparison": [SHINGLE_WORDS, THRESHOLD, NUM_PERM, PREFIX_CHARS, getattr(_prototype(), "scheme", "legacy")],
         "version": DEDUP_VERSION,
     }
     key = hashlib.sha256(json.dumps(decisive, sort_keys=True).encode()).hexdigest()[:20]
@@ -198,18 +172,8 @@ def deduplicated(
             json.dump(record, handle)
     kept = []
     for split, removed in zip(splits, record["removed"], strict=True):
-        if removed:
-            by_document = "doc" in (split.dataset.column_names or [])
-            dataset = split.dataset.filter(
-                _kept,
-                batched=True,
-                with_indices=True,
-                input_columns=["doc"] if by_document else [],  # never the text
-                fn_kwargs={"removed": np.asarray(removed, dtype=np.int64)},
-                **({} if isinstance(split.dataset, datasets.IterableDataset) else {"desc": "data.dedup"}),
-            )
-            split = counted(split.name, dataset)
-        kept.append(split)
+        removed = np.asarray(removed, dtype=np.int64)
+        kept.append(keep_documents(split, split.name, "data.dedup", _kept, removed=removed) if len(removed) else split)
     pools = record["pools"]
     line = (
         f"data.dedup: removed {plural(sum(p['exact'] + p['near'] for p in pools), 'document')} of "

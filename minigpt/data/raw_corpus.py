@@ -24,7 +24,7 @@ from .text_rows import (
     RawSplit,
     arrow_batches,
     counted,
-    iter_texts,
+    keep_documents,
     load_text_files,
     numbers,
     row_bytes,
@@ -125,13 +125,11 @@ def _load(source: SourceList, settings: DataSettings, role: str) -> RawSplit:
 
 def _load_saved(path: Path, role: str) -> datasets.Dataset:
     loaded = datasets.load_from_disk(str(path))
-    if isinstance(loaded, datasets.DatasetDict):
-        if len(loaded) == 1:
-            return next(iter(loaded.values()))
-        if role not in loaded:
-            raise DataError(f"{role} folder {path} has splits {', '.join(loaded)} but no {role!r} split")
-        return loaded[role]
-    return loaded
+    if not isinstance(loaded, datasets.DatasetDict):
+        return loaded
+    if len(loaded) > 1 and role not in loaded:
+        raise DataError(f"{role} folder {path} has splits {', '.join(loaded)} but no {role!r} split")
+    return loaded[role] if role in loaded else next(iter(loaded.values()))
 
 
 def _text_field(dataset, field: str, role: str, names: str):
@@ -162,8 +160,6 @@ def _checked_text_rows(dataset, paths: list[Path], settings: DataSettings, role:
     for doc in np.flatnonzero(invalid):
         if (error := invalid_text(paths[doc], int(chars[doc]), int(invalid[doc]), settings)) is not None:
             raise error
-    if total == 0:
-        raise DataError(f"text files {', '.join(map(str, paths[:3]))} hold no text")
     return RawSplit(role, dataset, rows, total, int((chars > 0).sum()))
 
 
@@ -207,7 +203,7 @@ def _tail_cut(loaded: RawSplit, fraction: float) -> tuple[int, dict | None, dict
         return loaded.rows, None, None
     if not loaded.by_document:  # a document per row: cut after it
         return row + 1, None, None
-    [record] = next(arrow_batches(loaded.dataset, row, row + 1)).to_pylist()
+    [record] = next(arrow_batches(_row_range(loaded.dataset, row, row + 1))).to_pylist()
     data = record["text"].encode()
     newline = data.find(b"\n", max(int(np.ceil(target - start)) - 1, 0))  # the line end at or after the target
     cut = len(data) if newline < 0 else newline + 1
@@ -238,20 +234,7 @@ def _in_validation(*columns_and_indices, seed: int, fraction: float, keep: bool)
 
 def _split_random(loaded: RawSplit, settings: DataSettings) -> tuple[RawSplit, RawSplit]:
     """Whole documents drawn for validation by a seeded hash of their index (the same streamed)."""
-    splits = []
-    for name, keep in (("train", False), ("validation", True)):
-        part = loaded.dataset.filter(
-            _in_validation,
-            batched=True,
-            with_indices=True,
-            input_columns=["doc"] if loaded.by_document else [],  # never the text
-            fn_kwargs=dict(seed=settings.seed, fraction=settings.validation_fraction, keep=keep),
-            **({} if isinstance(loaded.dataset, datasets.IterableDataset) else {"desc": f"{name} documents"}),
-        )
-        splits.append(counted(name, part))
-    return splits[0], splits[1]
+    draw = dict(seed=settings.seed, fraction=settings.validation_fraction)
+    train = keep_documents(loaded, "train", "train documents", _in_validation, keep=False, **draw)
+    return train, keep_documents(loaded, "validation", "validation documents", _in_validation, keep=True, **draw)
 
-
-def iter_train_texts(sources: Sources) -> Iterator[str]:
-    """The raw TRAIN-split texts of `sources` (never the validation text), streamed."""
-    return iter_texts(load_raw_corpus(sources).train)

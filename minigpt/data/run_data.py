@@ -1,13 +1,5 @@
-"""What the data stage hands to training, whatever the data's format: `prepare_run_data` -> `RunData`:
-the training rows (`TrainingBlocks`, or encoded conversations), the validation rows evaluations read
-(`validation_sample`), the collator, each token's bytes (bits per byte), the ids generation stops
-at, prompts from the validation split (`corpus_prompts`) and the lines a run prints.
-
-With `data.shift_blocks` epoch e reads the token stream from an offset in [0, block_size) drawn from
-(seed, e) (epoch 0: the packed blocks), so epochs see other windows; every epoch has len(blocks) - 1
-blocks and a resumed run reads the same ones. `training.eval_tokens` caps an evaluation: a larger
-split is read as eval_tokens // block_size blocks drawn with `data.seed`, the same at every
-evaluation, in every process, and in runs that differ only in `training.seed`.
+"""What the data stage hands to training, whatever the data's format: `prepare_run_data` -> `RunData`.
+`data.shift_blocks` and the validation sample drawn for `training.eval_tokens`: docs/data.md.
 """
 
 from __future__ import annotations
@@ -27,6 +19,7 @@ from .chat_data import ChatCollator, prepare_chat_corpus
 from .chat_template import add_chat_tokens, stop_token_ids
 from .corpus import PreparedCorpus, prepare_corpus
 from .corpus_report import CorpusReport
+from .settings import check_block_size
 from .sources import Sources
 from .token_bytes import IGNORE_INDEX, token_byte_lengths
 
@@ -39,10 +32,9 @@ def epoch_offset(seed: int, epoch: int, block_size: int) -> int:
 
 
 class TrainingBlocks(torch.utils.data.Dataset):
-    """A packed training split read from zero-copy views of its memory-mapped Arrow file (a corpus
-    larger than memory stays on disk); with `shift`, from `epoch_offset(seed, epoch)`. Items:
-    {"input_ids": (block_size,) int64, "labels": the same tensor}. The offset's one setter is
-    `start_epoch`, not `set_epoch`, which accelerate calls in one process and not under several."""
+    """A packed training split read from zero-copy views of its memory-mapped Arrow file; with `shift`,
+    from `epoch_offset`. Items: {"input_ids": (block_size,) int64, "labels": the same tensor}. Not
+    `set_epoch`: accelerate calls that in one process and not under several."""
 
     def __init__(self, blocks: datasets.Dataset, seed: int, shift: bool) -> None:
         if shift and len(blocks) < 2:
@@ -205,17 +197,15 @@ def prepare_run_data(
     eval_tokens: int | None,
     max_position_embeddings: int | None = None,
 ) -> RunData:
-    """The training and validation rows of `sources` for `tokenizer`, prepared or read from the cache.
-
-    Conversations need ChatML's role tokens: a tokenizer without them gets them here, in place (a
-    note says so). `seed` (training.seed) draws each epoch's block offset; data.seed the validation
-    sample (at most `eval_tokens` tokens' worth, None: all).
-    """
+    """The training and validation rows of `sources` for `tokenizer`, prepared or read from the cache;
+    conversations' role tokens are added to the tokenizer in place. `seed`: training.seed."""
     settings, notes, added = sources.settings, [], []
     if settings.format == "chat":
         note, added = add_chat_tokens(tokenizer)
         notes += [note] if note else []
-        corpus = prepare_chat_corpus(sources, tokenizer, max_position_embeddings=max_position_embeddings)
+        if max_position_embeddings is not None:
+            check_block_size(settings.block_size, max_position_embeddings)
+        corpus = prepare_chat_corpus(sources, tokenizer)
         train: Any = corpus.train
         collator: Callable = ChatCollator(tokenizer.pad_token_id)  # padded to each batch's longest
         rows, what = "conversations", f"of up to {settings.block_size} tokens, padded per batch"

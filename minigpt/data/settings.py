@@ -24,31 +24,21 @@ class DataSettings:
 
     train_files: list[str] = field(default_factory=lambda: [DEFAULT_CORPUS])  # files, folders or globs
     validation_files: list[str] = field(default_factory=list)  # same kinds; empty = split off train_files
-    # "auto" (by suffix), "text", "json" (JSON lines), "parquet", "arrow" (save_to_disk); "chat":
-    # conversations for chat fine-tuning, the loss on the assistant's tokens only (docs/chat.md)
-    format: str = "auto"
+    format: str = "auto"  # "auto" (by suffix), "text", "json" (JSON lines), "parquet", "arrow"; "chat": docs/chat.md
     text_field: str = "text"  # column holding each document's text in json/parquet/arrow sources
     validation_fraction: float = 0.1  # share of the train bytes held out when validation_files is empty
-    # "tail": the last bytes, cut at a line end; "random": whole documents drawn by `seed`; "auto":
-    # "random" for several files (a folder or glob), else "tail"
-    validation_split: str = "auto"
+    validation_split: str = "auto"  # "tail" (the last bytes), "random" (whole documents), "auto" (random for files)
     exclude: list[str] = field(default_factory=list)  # glob patterns of files or folders to leave out of folders and globs
     seed: int = 1337  # draws the "random" validation split, the evaluations' sample of it and the tokenizer's sample
     block_size: int = 256  # tokens per packed block; must not exceed the model's max_position_embeddings
-    # Each epoch after the first reads the training blocks from another offset in the token stream
-    # (run_data.TrainingBlocks): the same tokens in other windows. The cached blocks stay.
-    shift_blocks: bool = False
+    shift_blocks: bool = False  # each epoch after the first reads the token stream from another offset
     num_proc: int = 0  # processes that tokenize (Dataset.map num_proc); 0 = one per available CPU core
     batch_size: int = 1000  # rows per Dataset.map batch at most (fewer long rows: corpus.map_batch_rows)
     cache_dir: str = ".cache/minigpt/data"  # prepared blocks and datasets' Arrow copies of the sources
     streaming: bool = False  # read sources lazily (no Arrow copy of the raw text); tokenizes in one process
     max_invalid_utf8_fraction: float = 0.001  # tolerated share of undecodable/NUL characters per file
-    # Remove exact and near-duplicate documents (duplicates.py) before the split, so no copy of a
-    # validation document is trained on
-    dedup: bool = False
-    # The corpus report compares at most this many documents drawn by `seed` (and REPORT_MAX_BYTES of
-    # their text): seconds on any corpus; null = all
-    report_max_documents: int | None = 20_000
+    dedup: bool = False  # remove exact and near-duplicate documents (duplicates.py) before the split
+    report_max_documents: int | None = 20_000  # documents the corpus report compares at most; null = all
     show_progress: bool = True  # show progress bars
 
     @property
@@ -58,12 +48,9 @@ class DataSettings:
 
     def validate(self) -> None:
         """Raise `ConfigError` naming the field for impossible values."""
-        if self.format not in FORMATS:
-            raise ConfigError(f"data.format must be one of {', '.join(FORMATS)}, got {self.format!r}")
-        if self.validation_split not in VALIDATION_SPLITS:
-            raise ConfigError(
-                f"data.validation_split must be one of {', '.join(VALIDATION_SPLITS)}, got {self.validation_split!r}"
-            )
+        for name, allowed in (("format", FORMATS), ("validation_split", VALIDATION_SPLITS)):
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"data.{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
         if not self.validation_files and not 0.0 < self.validation_fraction < 1.0:
             raise ConfigError(f"data.validation_fraction must be in (0, 1), got {self.validation_fraction}")
         if self.format == "chat" and self.shift_blocks:
@@ -75,9 +62,7 @@ class DataSettings:
         if self.batch_size < 1:
             raise ConfigError(f"data.batch_size must be >= 1, got {self.batch_size}")
         if not 0.0 <= self.max_invalid_utf8_fraction <= 1.0:
-            raise ConfigError(
-                f"data.max_invalid_utf8_fraction must be in [0, 1], got {self.max_invalid_utf8_fraction}"
-            )
+            raise ConfigError(f"data.max_invalid_utf8_fraction must be in [0, 1], got {self.max_invalid_utf8_fraction}")
         if not self.train_files:
             raise ConfigError("data.train_files is empty: name at least one file, folder or glob")
         if self.format == "chat" and self.dedup:
@@ -86,8 +71,7 @@ class DataSettings:
             raise ConfigError(f"data.report_max_documents must be >= 1 or null (all), got {self.report_max_documents}")
 
     def split_method(self, num_train_files: int) -> str:
-        """`validation_split` with "auto" decided: documents drawn across several files (a folder's
-        last files are another domain, not a sample) if the draw leaves files on both sides, else the tail."""
+        """`validation_split` with "auto" decided: "random" if the draw leaves files on both sides, else "tail"."""
         if self.validation_split != "auto":
             return self.validation_split
         if num_train_files > 1:
@@ -110,18 +94,12 @@ class TokenizerSettings:
     min_frequency: int = 2  # a pair of tokens must occur this often in the training text to be merged
     eos_token: str = "<|endoftext|>"  # end-of-text token placed between documents (also BOS, as in GPT-2)
     pad_token: str = "<|pad|>"  # padding for batched generation/eval; never inside training blocks
-    # Reserve ChatML's <|im_start|> and <|im_end|> (ids 2 and 3) and save the chat template with the
-    # tokenizer, so a model trained on it can be chat-tuned and chats in transformers and llama.cpp
-    chat_tokens: bool = True
+    chat_tokens: bool = True  # reserve ChatML's <|im_start|>, <|im_end|> (ids 2, 3) and save its chat template
     extra_special_tokens: list[str] = field(default_factory=list)  # more special tokens, ids after those
     show_progress: bool = True  # show a progress bar while training
     reuse: str = "matching"  # "matching": use the one at path only if trained on this data/settings; "always"
-    # A train split larger than this (UTF-8 bytes) is sampled across all of it (tokenizer.py): time
-    # and memory stay bounded however large the corpus. 0 = no limit.
-    train_max_bytes: int = 100_000_000
-    # When sampling: characters taken from each document (or 64K piece of a text file) at most, as
-    # nanochat's 10,000: one huge file cannot fill the sample. 0 = all.
-    doc_max_chars: int = 10_000
+    train_max_bytes: int = 100_000_000  # a larger train split (UTF-8 bytes) is sampled across all of it; 0 = no limit
+    doc_max_chars: int = 10_000  # when sampling, characters of each document (or row) at most, as nanochat; 0 = all
 
     def special_tokens(self) -> list[str]:
         """Special tokens in id order: eos = 0, pad = 1, the chat tokens (2, 3) when reserved, the extra ones."""
@@ -135,9 +113,7 @@ class TokenizerSettings:
         """Raise `ConfigError` naming the field when the settings cannot give a usable tokenizer."""
         specials = self.special_tokens()
         if any(not isinstance(token, str) or not token for token in specials):
-            raise ConfigError(
-                "tokenizer.eos_token, pad_token and extra_special_tokens must be non-empty strings"
-            )
+            raise ConfigError("tokenizer.eos_token, pad_token and extra_special_tokens must be non-empty strings")
         if len(set(specials)) != len(specials):
             raise ConfigError(f"tokenizer special tokens must be distinct, got {specials}")
         smallest = BYTE_ALPHABET_SIZE + len(specials)
@@ -152,9 +128,7 @@ class TokenizerSettings:
             if getattr(self, name) < 0:
                 raise ConfigError(f"tokenizer.{name} must be >= 0 (0 = no limit), got {getattr(self, name)}")
         if self.reuse not in TOKENIZER_REUSE:
-            raise ConfigError(
-                f"tokenizer.reuse must be one of {', '.join(TOKENIZER_REUSE)}, got {self.reuse!r}"
-            )
+            raise ConfigError(f"tokenizer.reuse must be one of {', '.join(TOKENIZER_REUSE)}, got {self.reuse!r}")
 
     def training_record(self) -> dict:
         """The settings that change the trained tokenizer (the sample's limits are recorded with the data)."""

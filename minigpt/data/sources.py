@@ -1,7 +1,5 @@
-"""The data files a run names, found, checked and fingerprinted once: `find_sources` -> `Sources`, which
-the tokenizer (and its reuse check), the Arrow copy of the text, the blocks' cache key, the corpus
-report and conversations receive. Standard library only: a missing, empty or non-UTF-8 file is one
-`error:` line before `datasets`, tokenizers or torch are imported."""
+"""The data files a run names, found, checked and fingerprinted once: `find_sources` -> `Sources`.
+Standard library only: a bad file is one `error:` line before `datasets` or torch are imported."""
 
 from __future__ import annotations
 
@@ -19,7 +17,7 @@ from pathlib import Path
 from ..console import plural
 from ..distributed import is_main_process
 from ..errors import ConfigError, DataError
-from .settings import FORMATS, DataSettings
+from .settings import DataSettings
 
 SUFFIX_FORMATS = {".jsonl": "json", ".json": "json", ".ndjson": "json", ".parquet": "parquet"}
 COMPILED_SUFFIXES = frozenset(
@@ -149,16 +147,11 @@ def invalid_text(where: object, chars: int, invalid: int, settings: DataSettings
     return None
 
 
-def resolve_files(entries: str | list[str], role: str, exclude: Sequence[str] = ()) -> list[tuple[Path, str]]:
-    """Files, folders and globs as (file, its name relative to the folder or glob given), in order
-    (a `save_to_disk` folder stays whole).
-
-    A folder gives its text files only: hidden, compiled (`__pycache__/`, `.pyc`, `.so`, ...), empty
-    and binary files (a NUL or mostly undecodable bytes in their first SNIFF_BYTES) are skipped, and
-    whatever matches an `exclude` pattern (also in globs); one line says how many were skipped, why.
-    """
+def resolve_files(entries: list[str], role: str, exclude: Sequence[str] = ()) -> list[tuple[Path, str]]:
+    """Files, folders and globs as (file, its name relative to the folder or glob given), in order (a
+    `save_to_disk` folder stays whole); a folder gives its text files only (docs/data.md, "Formats")."""
     found: list[tuple[Path, str]] = []
-    for entry in [entries] if isinstance(entries, str) else entries:
+    for entry in entries:
         path = Path(entry).expanduser()
         if any(char in entry for char in "*?["):
             base = Path(*itertools.takewhile(lambda part: not glob.has_magic(part), path.parts))  # before the wildcard
@@ -253,8 +246,6 @@ def _describe_skips(skipped: Counter) -> str:
 
 def detect_format(paths: list[Path], requested: str = "auto") -> str:
     """The loader for `paths`: `requested` unless "auto", else from the folder kind or file suffix."""
-    if requested not in FORMATS:
-        raise ConfigError(f"data.format must be one of {', '.join(FORMATS)}, got {requested!r}")
     if requested == "chat":  # conversations are encoded by data/chat_data.py
         raise ConfigError("data.format=chat is read by a chat run (scripts/train.py with model.init_from), not as text")
     kinds = {"arrow" if p.is_dir() else SUFFIX_FORMATS.get(p.suffix.lower(), "text") for p in paths}

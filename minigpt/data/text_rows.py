@@ -1,15 +1,11 @@
-"""Raw text as rows of `datasets`, and reading them back in Arrow batches.
-
-`datasets`' text loader makes a row per line (millions) or per file (a 10 GB string), so text files
-are read here into rows of up to PIECE_CHARS characters cut after a line end; joined in order they
-give back each file (universal newlines; undecodable bytes become U+FFFD). Each row carries, counted
-as it is read, its document (file index), whether it ends it, its bytes, characters and undecodable
-or NUL characters. Rows of JSON lines, parquet and `save_to_disk` are documents with a `text` column.
+"""Raw text as rows of `datasets`, and reading them back in Arrow batches. A text file is read into
+rows of up to PIECE_CHARS characters cut after a line end, each counted as it is read (docs/data.md,
+"Formats"); rows of JSON lines, parquet and `save_to_disk` are documents with a `text` column.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import datasets
@@ -23,7 +19,6 @@ PIECE_CHARS = 1 << 16  # characters per row at most (twice that where a line run
 INVALID_CHARS = ("\ufffd", "\x00")  # what undecodable bytes become (errors="replace") and binary's NULs
 LOADER_VERSION = 1  # bump when the rows made from the same files change (part of the cache fingerprint)
 WRITER_BATCH_ROWS = 64  # rows a loading process holds before writing (datasets' 1000 x 128K characters is too many)
-SCAN_BATCH_ROWS = 10_000  # rows per Arrow batch when scanning
 
 
 def text_features() -> datasets.Features:
@@ -116,26 +111,29 @@ def counted(name: str, dataset: datasets.Dataset | datasets.IterableDataset) -> 
     return RawSplit(name, dataset, rows, size, documents)
 
 
+def keep_documents(
+    split: RawSplit, name: str, desc: str, predicate: Callable[..., list[bool]], **fn_kwargs: object
+) -> RawSplit:
+    """The rows of `split` whose document `predicate` keeps, as the split `name`. `predicate` gets the
+    documents' keys (a text file's `doc` column, else the row indices) and `fn_kwargs`, never the text."""
+    dataset = split.dataset.filter(
+        predicate,
+        batched=True,
+        with_indices=True,
+        input_columns=["doc"] if split.by_document else [],
+        fn_kwargs=fn_kwargs,
+        **({} if isinstance(split.dataset, datasets.IterableDataset) else {"desc": desc}),
+    )
+    return counted(name, dataset)
+
+
 def arrow_batches(
-    dataset: datasets.Dataset | datasets.IterableDataset,
-    start: int = 0,
-    stop: int | None = None,
-    columns: list[str] | None = None,
-    batch_rows: int = SCAN_BATCH_ROWS,
+    dataset: datasets.Dataset | datasets.IterableDataset, columns: list[str] | None = None, batch_rows: int = 10_000
 ) -> Iterator[pa.Table]:
-    """Rows [start, stop) as Arrow tables of `batch_rows` rows (memory: one batch), only `columns`."""
+    """The rows as Arrow tables of `batch_rows` rows (memory: one batch), only `columns`."""
     if columns is not None:
         dataset = dataset.select_columns(columns)
-    if isinstance(dataset, datasets.Dataset):
-        stop = dataset.num_rows if stop is None else stop
-        arrow = dataset.with_format("arrow")  # once: each with_format copies the dataset's description
-        for begin in range(start, stop, batch_rows):
-            yield arrow[begin : min(begin + batch_rows, stop)]
-        return
-    stream = dataset.skip(start) if start else dataset
-    if stop is not None:
-        stream = stream.take(stop - start)
-    yield from stream.with_format("arrow").iter(batch_size=batch_rows)
+    return dataset.with_format("arrow").iter(batch_size=batch_rows)
 
 
 def numbers(table: pa.Table, column: str) -> np.ndarray:

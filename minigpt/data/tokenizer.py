@@ -1,9 +1,6 @@
-"""A byte-level BPE tokenizer trained on the train split of found `Sources`, saved with a record of what
-it was trained on that is checked before it is reused. Byte-level BPE encodes any string and decodes
-it back exactly (no normalizer, no prefix space, no clean-up of spaces). A split over
-`tokenizer.train_max_bytes` is sampled (BPE counts every distinct word: hours and tens of GB at 10 GB,
-while its merges settle long before): each row is kept by a seeded draw, so the sample spans every
-file, and gives its first `doc_max_chars` characters, until the budget is read.
+"""A byte-level BPE tokenizer trained on the train split of found `Sources`, saved with a record of
+what it was trained on that is checked before it is reused (docs/data.md, "Tokenizers"). A split over
+`tokenizer.train_max_bytes` is sampled: BPE counts every distinct word, while its merges settle early.
 """
 
 from __future__ import annotations
@@ -36,7 +33,6 @@ TRAINING_RECORD = "minigpt_tokenizer.json"  # the settings and data a saved toke
 LOAD_ONLY_KEYS = ("is_local", "local_files_only")
 RECORD_KEYS_ADDED = {"chat_tokens": False}  # what a record from before a setting existed means by its absence
 SAMPLE_SEED_SALT = 0x70C5A3E1  # the sample's draw is another than the validation split's (same data.seed)
-DRAW_CHUNK = 1 << 20  # rows drawn at a time
 
 
 def train_tokenizer(
@@ -172,18 +168,12 @@ def training_text(split: RawSplit, settings: TokenizerSettings, seed: int) -> Tr
             capped += int(np.minimum(sizes, cap).sum()) if cap else int(sizes.sum())
         p, salted = min(1.0, plan["max_bytes"] / max(capped, 1)), plan["seed"] ^ SAMPLE_SEED_SALT
         text.expected_bytes = min(plan["max_bytes"], capped)
-        if isinstance(split.dataset, datasets.IterableDataset):  # a stream: filtered as it is read
-            dataset = split.dataset.filter(
-                lambda indices: list(seeded_unit(np.asarray(indices), salted) < p),
-                batched=True, with_indices=True, input_columns=[],
-            )
-            text.rows = int(round(p * split.rows))
-        else:  # drawn in chunks: memory for the rows kept, not for every row
-            picked = np.concatenate([
-                start + np.flatnonzero(seeded_unit(np.arange(start, min(start + DRAW_CHUNK, split.rows)), salted) < p)
-                for start in range(0, split.rows, DRAW_CHUNK)
-            ])
-            dataset, text.rows = split.dataset.select(picked), len(picked)  # rows in order: read front to back
+        dataset = split.dataset.filter(  # by row index: the text is not read
+            lambda indices: list(seeded_unit(np.asarray(indices), salted) < p),
+            batched=True, with_indices=True, input_columns=[],
+        )
+        # a stream is filtered as it is read: its rows are those expected
+        text.rows = len(dataset) if isinstance(dataset, datasets.Dataset) else int(round(p * split.rows))
     text.texts = _counted(text, dataset, cap)
     return text
 
@@ -323,10 +313,9 @@ def suggest_new_path(settings: TokenizerSettings, data: DataSettings, preferred:
 
 
 def check_existing_tokenizer(settings: TokenizerSettings, sources: Sources, new_path: str | None = None) -> str | None:
-    """What the tokenizer at `settings.path` was trained on ("trained on ..."), checked against
-    `sources` and `settings`; None when there is none yet. A mismatch is a one-line `ConfigError`
-    (unless tokenizer.reuse=always) saying how to train a new one beside it (in `new_path` when free),
-    the existing one left to the runs that use it. Reads no data file."""
+    """What the tokenizer at `settings.path` was trained on ("trained on ..."), or None when there is
+    none yet; a mismatch with `sources` and `settings` is a one-line `ConfigError` (unless
+    tokenizer.reuse=always) suggesting `new_path` when free. Reads no data file."""
     if not (Path(settings.path) / "tokenizer.json").is_file():
         return None
     record = read_training_record(settings.path)
@@ -367,9 +356,7 @@ def load_or_train_tokenizer(
 ) -> PreTrainedTokenizerFast:
     """The run's tokenizer: the one at `settings.path` (`check_existing_tokenizer`, unless `checked`
     says what an earlier call found), else one trained on the TRAIN split of `sources` and saved
-    (`retrain`: trained anew). One line names it and what it was trained on. The tokenizer never sees
-    validation text, so validation loss is measured on unseen bytes."""
-    settings.validate()
+    (`retrain`: trained anew). One line names it and what it was trained on."""
     described = None if retrain else checked or check_existing_tokenizer(settings, sources, new_path)
     if described is not None:
         tokenizer = load_tokenizer(settings.path)
