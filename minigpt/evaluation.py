@@ -1,13 +1,6 @@
-"""Loss, perplexity and bits per byte of a model over a whole text, as lm-evaluation-harness scores it.
-
-The text is tokenized as training tokenizes it (each document, then one end-of-text token, EOS).
-By default each document is scored on its own, as lm-eval's `loglikelihood_rolling` (its first
-token conditioned on an EOS, windows of the model's context, separators never predicted), so bits
-per byte, byte and word perplexity are lm-eval's. `packed` scores the stream as training's
-validation blocks read it (training's eval loss and eval_bpb). Bits per byte: nats of the predicted
-tokens that encode text / the bytes they encode / ln 2, summed by `minigpt/metrics/bits_per_byte`.
-docs/generation.md#evaluate has the details.
-"""
+"""Loss, perplexity and bits per byte of a model over a whole text, as lm-evaluation-harness scores
+it (each document on its own, `loglikelihood_rolling`) or, `packed`, as training's validation
+blocks read it; summed by `minigpt/metrics/bits_per_byte`. docs/generation.md#evaluate has the details."""
 
 from __future__ import annotations
 
@@ -174,9 +167,7 @@ def token_stream(split, tokenizer) -> np.ndarray:
 
 def load_split(data: str | os.PathLike | None, split: str | None, run_config: dict[str, Any], cache_dir: str):
     """A `RawSplit` to evaluate: the files in `data` (one split, whole), or the run's own `split`."""
-    changes: dict[str, Any] = {"show_progress": False, "streaming": False}
-    if cache_dir is not None:
-        changes["cache_dir"] = cache_dir
+    changes: dict[str, Any] = {"show_progress": False, "streaming": False, "cache_dir": cache_dir}
     if data is not None:  # the same files as both splits: load_raw_corpus returns them whole
         changes.update(train_files=[str(data)], validation_files=[str(data)])
     elif not run_config.get("data"):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import random
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,10 +57,7 @@ class SamplingSettings:
 
 
 def decoding_options(decoding: str) -> dict[str, Any]:
-    """`GenerationConfig` fields for a decoding mode: dynamic, `generate()`'s own DynamicCache (fastest
-    in eager mode); static, a cache allocated at the full length (slower in eager mode: it exists to be
-    compiled); compiled, static plus `torch.compile`d steps (fastest per token, after tens of seconds
-    of compiling on a CPU: for many samples in one process)."""
+    """`GenerationConfig` fields for a decoding mode (dynamic, static or compiled: docs/generation.md)."""
     if decoding == "static":
         return {"cache_implementation": "static", "disable_compile": True}
     if decoding == "compiled":
@@ -104,39 +101,28 @@ def with_length(model, config: GenerationConfig, prompt_tokens: int, new_tokens:
     return config
 
 
-def prompt_ids(tokenizer, prompt: str) -> torch.Tensor:
-    """(1, T) token ids of `prompt`; an empty prompt starts a new document (the BOS/EOS token)."""
-    if prompt:
-        return tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
-    start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
-    if start is None:
-        raise ConfigError("give a --prompt: the tokenizer has no BOS/EOS token to start from")
-    return torch.tensor([[start]])
-
-
 def random_seed() -> int:
     """A fresh seed for a caller that gave none (reported, so the text can be drawn again)."""
     return random.SystemRandom().randrange(2**31)
 
 
 def prepare_generation(
-    model,
-    tokenizer,
-    prompt: str,
-    settings: SamplingSettings,
-    run_config: dict[str, Any] | None = None,
-    fit_prompt: bool = False,
+    model, tokenizer, prompt: str, settings: SamplingSettings, run_config: dict[str, Any] | None = None
 ) -> tuple[torch.Tensor, GenerationConfig]:
-    """Checked settings -> the prompt's (1, T) ids on the model's device and the generation config.
-    A prompt and new tokens longer than the model's context are refused, or with `fit_prompt` (a
-    training run's sample prompts) the prompt is cut to the tail that leaves room for the new tokens."""
+    """Checked settings -> the prompt's (1, T) ids on the model's device and the generation config;
+    a prompt and new tokens longer than the model's context are refused."""
     settings.validate()
     config = build_generation_config(model.generation_config, settings, run_config)
-    input_ids = prompt_ids(tokenizer, prompt).to(model.device)  # (1, T)
+    if prompt:
+        input_ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
+    else:  # an empty prompt starts a new document (the BOS/EOS token)
+        start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+        if start is None:
+            raise ConfigError("give a --prompt: the tokenizer has no BOS/EOS token to start from")
+        input_ids = torch.tensor([[start]])
+    input_ids = input_ids.to(model.device)  # (1, T)
     context = model.config.max_position_embeddings
     new_tokens = config.max_new_tokens or max(1, context - input_ids.shape[1])  # unset: fill the context
-    if fit_prompt and new_tokens < context:
-        input_ids = input_ids[:, -(context - new_tokens) :]  # (1, T' <= T)
     if input_ids.shape[1] + new_tokens > context:
         raise ConfigError(
             f"prompt ({input_ids.shape[1]} tokens) + max_new_tokens ({new_tokens}) "
@@ -160,7 +146,7 @@ class StopOnEvent(StoppingCriteria):
 
 def sample(model, input_ids: torch.Tensor, config: GenerationConfig, seed: int, **kwargs: Any) -> torch.Tensor:
     """One `generate()` call, the model in eval mode and torch seeded with `seed`; both as they were
-    after (a training run's samples must not consume its RNG). Returns the (1, T) prompt + new ids."""
+    after (a caller's RNG is not consumed). Returns the (1, T) prompt + new ids."""
     was_training = model.training
     devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
     with torch.random.fork_rng(devices=devices):
@@ -173,15 +159,9 @@ def sample(model, input_ids: torch.Tensor, config: GenerationConfig, seed: int, 
 
 
 def stream_pieces(
-    model,
-    tokenizer,
-    input_ids: torch.Tensor,
-    config: GenerationConfig,
-    seed: int,
-    skip_prompt: bool,
-    stop: threading.Event,
-    output: list[torch.Tensor],
-) -> Iterator[str]:
+    model, tokenizer, input_ids: torch.Tensor, config: GenerationConfig, seed: int, skip_prompt: bool,
+    stop: threading.Event, output: list[torch.Tensor],
+) -> Iterator[str]:  # fmt: skip
     """`sample()` in a worker thread; yields the text as it is decoded, piece by piece. Setting `stop`
     ends it at the next token, as does closing this iterator; the (1, T) ids go into `output`."""
     streamer = TextIteratorStreamer(tokenizer, skip_prompt=skip_prompt, skip_special_tokens=True)
@@ -212,28 +192,21 @@ def stream_pieces(
 
 
 def generate_samples(
-    model,
-    tokenizer,
-    prompt: str,
-    settings: SamplingSettings,
-    run_config: dict[str, Any] | None = None,
-    stream: bool = True,
-    on_sample_start=None,
-    fit_prompt: bool = False,
-    skip_special_tokens: bool = True,
-) -> list[str]:
+    model, tokenizer, prompt: str, settings: SamplingSettings, run_config: dict[str, Any] | None = None,
+    stream: bool = True, on_sample_start: Callable[[int, int], object] | None = None,
+) -> list[str]:  # fmt: skip
     """`settings.num_samples` continuations of `prompt`, full texts (prompt included). With `stream`,
     each is printed as it is produced; `on_sample_start(i, seed)` is called before sample i (the CLI
-    prints a header there). `fit_prompt`: see `prepare_generation`."""
-    input_ids, config = prepare_generation(model, tokenizer, prompt, settings, run_config, fit_prompt)
+    prints a header there)."""
+    input_ids, config = prepare_generation(model, tokenizer, prompt, settings, run_config)
     base_seed = settings.seed if settings.seed is not None else random_seed()
-    streamer = TextStreamer(tokenizer, skip_special_tokens=skip_special_tokens) if stream else None
+    streamer = TextStreamer(tokenizer, skip_special_tokens=True) if stream else None
     texts = []
     for i in range(settings.num_samples):
         if on_sample_start is not None:
             on_sample_start(i, base_seed + i)
         output = sample(model, input_ids, config, base_seed + i, streamer=streamer)
-        texts.append(tokenizer.decode(output[0], skip_special_tokens=skip_special_tokens))
+        texts.append(tokenizer.decode(output[0], skip_special_tokens=True))
     return texts
 
 

@@ -1,11 +1,5 @@
-"""The Generate and Chat tabs' work: one loaded model, text streamed from it, chat replies.
-
-A model is named as `scripts/generate.py`'s MODEL (a run, checkpoint or model folder, or ORG/NAME
-in a hub folder at a revision). The last one stays loaded, so prompt after prompt reloads nothing;
-one whose weights changed on disk (a run that saved into the same folder) is loaded again. A chat's
-conversation lives in the page; the reply in progress is remembered under the page's id, so that
-page's Stop ends it (at its next token) and no other page's.
-"""
+"""The Generate and Chat tabs' work: one loaded model (the last named, loaded again when its weights
+changed on disk), text streamed from it, chat replies; a page's Stop ends that page's reply only."""
 
 from __future__ import annotations
 
@@ -17,7 +11,7 @@ from typing import Any
 
 from minigpt.chat.session import ChatSession, Reply
 from minigpt.generation import SamplingSettings, random_seed, stream_text
-from minigpt.hub.loading import ModelLocation, load_model, load_tokenizer, resolve_model
+from minigpt.hub.loading import load_model, load_tokenizer, resolve_model
 from minigpt.run_layout import FINAL_DIR, RESOLVED_CONFIG_NAME, list_checkpoints, read_run_config
 
 Messages = list[dict[str, str]]
@@ -26,7 +20,6 @@ Messages = list[dict[str, str]]
 @dataclass
 class LoadedModel:
     key: tuple[Any, ...]  # the folder, revision and weights' mtime it was loaded from
-    location: ModelLocation
     model: Any
     tokenizer: Any
     run_config: dict[str, Any]  # the resolved training config beside the model ({} if none)
@@ -53,7 +46,7 @@ class Models:
             self._loaded = None  # free the old weights before loading the new ones
             model = load_model(location)  # first: it registers MiniGPT, whose config the tokenizer reads (#48)
             tokenizer = load_tokenizer(location)
-            self._loaded = LoadedModel(key, location, model, tokenizer, read_run_config(location.local_dir))
+            self._loaded = LoadedModel(key, model, tokenizer, read_run_config(location.local_dir))
         return self._loaded
 
     def stream(
@@ -68,16 +61,9 @@ class Models:
                 yield text, settings.seed
 
     def chat(
-        self,
-        page: str,
-        model: str,
-        messages: Messages,
-        text: str,
-        settings: SamplingSettings,
-        system_prompt: str | None = None,
-        revision: str | None = None,
-        hub_dir: str | None = None,
-    ) -> Iterator[tuple[Messages, Reply | None]]:
+        self, page: str, model: str, messages: Messages, text: str, settings: SamplingSettings,
+        system_prompt: str | None = None, revision: str | None = None, hub_dir: str | None = None,
+    ) -> Iterator[tuple[Messages, Reply | None]]:  # fmt: skip
         """Yield (the conversation with the reply so far, None) as the reply to `text` is written, then
         (the conversation, how the reply went). Raises MiniGPTUserError (one line) for a model that is
         not there or no chat model, a bad setting, a message too long for the context."""

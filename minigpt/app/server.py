@@ -1,9 +1,6 @@
-"""Serve the app: loopback by default, never a public share link, nothing sent over the network.
-
-Gradio reports usage and checks for new versions unless told not to, and huggingface_hub sends
-telemetry: `quiet_environment()` turns that off before Gradio is imported. Ctrl-C (or SIGTERM)
-stops a training run as the CLI does, with a checkpoint to resume from, then closes the server.
-"""
+"""Serve the app: loopback by default, never a public share link, nothing sent over the network
+(no Gradio usage reports or version checks, no hub telemetry). Ctrl-C (or SIGTERM) stops a training
+run with a checkpoint, as the CLI does, then closes the server."""
 
 from __future__ import annotations
 
@@ -25,11 +22,6 @@ QUIET_ENVIRONMENT = {  # set before Gradio is imported: it reads some of them th
     "HF_HUB_DISABLE_TELEMETRY": "1",
     "HF_HUB_OFFLINE": "1",  # models load from folders and the local hub folder only
 }
-
-
-def quiet_environment() -> None:
-    """Make Gradio and the hub libraries never try the network (before importing gradio)."""
-    os.environ.update(QUIET_ENVIRONMENT)
 
 
 def is_loopback(host: str) -> bool:
@@ -57,7 +49,7 @@ def serve(
     host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, config_dir: Path | None = None, runs_dir: Path = Path("runs")
 ) -> None:
     """Start the app and block until Ctrl-C / SIGTERM; a training run is stopped with a checkpoint."""
-    quiet_environment()
+    os.environ.update(QUIET_ENVIRONMENT)
     if importlib.util.find_spec("gradio") is None:
         raise MiniGPTUserError("the app needs Gradio: pip install -e '.[ui]'")
     from .models import Models

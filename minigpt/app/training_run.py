@@ -1,12 +1,6 @@
-"""The app's one training run: a background thread of the server, its live record, started and
-stopped from pages, and the record as the page shows it. Every import the app takes from
-minigpt.training is here.
-
-`run_training` is the CLI's own call; in a thread other than the main one it installs no signal
-handlers, so Stop goes through the run's `StopController`: the run saves a checkpoint at the end of
-the step and returns, as after a Ctrl-C, and Resume continues with `run_training(..., resume=True)`.
-The record lives in the server, not in a page: a reloaded page shows the run as it is.
-"""
+"""The app's one training run: `run_training` in a background thread of the server, stopped through
+its `StopController` (a checkpoint at the end of the step, as after Ctrl-C), and its live record as
+the pages show it. Every import the app takes from minigpt.training is here."""
 
 from __future__ import annotations
 
@@ -17,7 +11,6 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -131,11 +124,8 @@ class LiveRunState:
 
 
 class LiveStateCallback(TrainerCallback):
-    """Feeds `LiveRunState` from inside Trainer: log records, step and ETA, the newest samples.
-
-    Registered after MiniGPT's own callbacks, so at a step's end that step's samples are in
-    samples.txt; the file is read again only when its size changed.
-    """
+    """Feeds `LiveRunState` from inside Trainer: log records, step and ETA, the newest samples
+    (registered after MiniGPT's callbacks, so at a step's end that step's samples are in samples.txt)."""
 
     def __init__(self, state: LiveRunState, output_dir: str | Path) -> None:
         self.state = state
@@ -175,20 +165,23 @@ class LiveStateCallback(TrainerCallback):
             self.state.update(samples=read_samples(self.samples_path, self._samples_offset)[-MAX_SAMPLES_SHOWN:])
 
 
-def parse_overrides(text: str | Sequence[str]) -> list[str]:
+def parse_overrides(text: str) -> list[str]:
     """`section.key=value` items from the page's box: split on whitespace and newlines, shell quoting
     for values with spaces (`training.sample_prompts='[ROMEO:, JULIET:]'`); the loader checks them."""
-    if not isinstance(text, str):
-        return list(text)
     try:
         return shlex.split(text, comments=True)
     except ValueError as err:  # an unclosed quote
         raise ConfigError(f"overrides: {err} (quote a value with spaces, e.g. key='a b')") from None
 
 
-def one_line(err: BaseException) -> str:
-    """An error as the CLI prints it: one line, whatever the message held."""
-    return " ".join(str(err).split()) or type(err).__name__
+def error_line(err: BaseException) -> str:
+    """An error in one line: a user error as the CLI words it; anything else (a bug) with its type,
+    and its traceback in the server's log."""
+    text = " ".join(str(err).split()) or type(err).__name__
+    if isinstance(err, MiniGPTUserError):
+        return f"error: {text}"
+    traceback.print_exc(file=sys.stderr)
+    return f"error: {type(err).__name__}: {text}"
 
 
 class RunManager:
@@ -204,13 +197,10 @@ class RunManager:
     def snapshot(self) -> RunSnapshot:
         return self.state.snapshot()
 
-    def start(self, config: str | Path, overrides: str | Sequence[str] = (), resume: bool = False, init_from: str | None = None) -> str:
-        """Check the config and start training in the background; returns a one-line message.
-
-        `init_from` starts from a trained model (`model.init_from=...`). Raises MiniGPTUserError (one
-        line) for a bad config or override, a base model that is not there, a run already training,
-        a folder holding another run, or a resume with no checkpoint.
-        """
+    def start(self, config: str | Path, overrides: str = "", resume: bool = False, init_from: str | None = None) -> str:
+        """Check the config and start training (from `init_from` if given) in the background; returns a
+        one-line message. Raises MiniGPTUserError (one line) for a bad config, override or base model, a
+        run already training, a folder holding another run, or a resume with no checkpoint."""
         items = parse_overrides(overrides)
         if init_from and init_from.strip():
             items.append(f"model.init_from={init_from.strip()}")
@@ -287,11 +277,8 @@ class RunManager:
         callback = LiveStateCallback(self.state, output_dir)
         try:
             result = run_training(run, callbacks=[callback], stop_controller=controller, resume=resume)
-        except MiniGPTUserError as err:  # bad data, a checkpoint that does not fit, hardware settings
-            return FAILED, f"error: {one_line(err)}", {}
-        except Exception as err:  # a bug: keep the server up, say it in one line, log the traceback
-            traceback.print_exc(file=sys.stderr)
-            return FAILED, f"error: {type(err).__name__}: {one_line(err)}", {}
+        except Exception as err:  # bad data, a checkpoint that does not fit, a bug: the server stays up
+            return FAILED, error_line(err), {}
         if result.stopped:
             checkpoint = output_dir / f"checkpoint-{controller.stopped_at_step}"
             if not checkpoint.is_dir():  # the stop came before a step ended: nothing was saved

@@ -6,8 +6,6 @@ number of pages show the same live run. Actions answer as one line; errors never
 
 from __future__ import annotations
 
-import sys
-import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +13,6 @@ from typing import Any
 import gradio as gr
 
 from minigpt.chat.session import Reply
-from minigpt.errors import MiniGPTUserError
 from minigpt.generation import SamplingSettings
 
 from .models import Messages, Models, list_model_choices
@@ -28,7 +25,7 @@ from .training_run import (
     config_choices,
     curve_frame,
     display_path,
-    one_line,
+    error_line,
     samples_text,
     status_markdown,
 )
@@ -41,14 +38,6 @@ CSS = """
 #chat-history .message-content { white-space: pre-wrap; }
 .message p { margin: 0; }
 """
-
-
-def error_line(err: BaseException) -> str:
-    """A user error as the CLI words it; anything else with its type, and its traceback in the log."""
-    if isinstance(err, MiniGPTUserError):
-        return f"error: {one_line(err)}"
-    traceback.print_exc(file=sys.stderr)
-    return f"error: {type(err).__name__}: {one_line(err)}"
 
 
 def errors_of(action: Callable[[], object]) -> str:
@@ -66,15 +55,12 @@ def build_app(manager: RunManager, models: Models, config_dir: Path | None, runs
     configs = config_choices(config_dir)
     default_config = next((c for c in configs if c.endswith("shakespeare.yaml")), configs[0] if configs else "")
 
-    def model_roots() -> list[Path]:
+    def models_list() -> list[str]:
         roots = [runs_dir]
         output_dir = manager.snapshot().output_dir
         if output_dir:  # the current run may write outside runs_dir
             roots += [Path(output_dir), Path(output_dir).parent]
-        return roots
-
-    def models_list() -> list[str]:
-        return list(dict.fromkeys(display_path(Path(c)) for c in list_model_choices(model_roots())))
+        return list(dict.fromkeys(display_path(Path(c)) for c in list_model_choices(roots)))
 
     with gr.Blocks(title=TITLE, analytics_enabled=False) as app:
         gr.Markdown(f"# {TITLE}\nTrain a small GPT, watch it learn, stop it, talk to it.")
@@ -308,6 +294,3 @@ def chat_status_line(reply: Reply) -> str:
     if reply.dropped_messages:
         line += f"; the model read the latest turns only ({reply.dropped_messages} earlier messages outgrew its context)"
     return line
-
-
-__all__ = ["CSS", "build_app", "chat_status_line", "error_line"]

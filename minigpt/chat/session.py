@@ -1,11 +1,5 @@
-"""A chat with a model whose tokenizer carries a chat template: history, streamed replies, stop.
-
-The history the model reads is cut to its context: the oldest whole turns (a user message and the
-replies to it) are left out, the system prompt and the new message stay, and the reply keeps its
-room; `messages` keeps everything said. `stop()` (from any thread) ends the reply at its next
-token and keeps what was written. Sampling is `scripts/generate.py`'s; with a seed, reply n of a
-conversation is drawn with seed + n. The terminal chat and the app's Chat tab run on it.
-"""
+"""A chat with a model whose tokenizer carries a chat template: history cut to the context (oldest
+whole turns first), streamed replies, `stop()` from any thread; with a seed, reply n uses seed + n."""
 
 from __future__ import annotations
 
@@ -15,17 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import GenerationConfig
 
 from ..data.chat_template import IM_END, ROLES, end_of_turn_id
 from ..errors import ConfigError, MiniGPTUserError
-from ..generation import (
-    SamplingSettings,
-    build_generation_config,
-    random_seed,
-    stream_pieces,
-    with_length,
-)
+from ..generation import SamplingSettings, build_generation_config, random_seed, stream_pieces, with_length
 from ..run_layout import RESOLVED_CONFIG_NAME
 
 DEFAULT_REPLY_SHARE = 4  # no reply limit set anywhere: a quarter of the context
@@ -43,11 +30,8 @@ class ChatError(MiniGPTUserError):
 
 
 def trained_on_text(run_config: dict[str, Any] | None) -> str | None:
-    """The `data.format` of the run that made a base model; None for a chat run or no run config.
-
-    Every tokenizer MiniGPT trains carries the chat template, so the template alone cannot tell: the
-    resolved config beside the model says whether its last run trained on conversations.
-    """
+    """The `data.format` of the run that made a base model; None for a chat run or no run config
+    (every tokenizer MiniGPT trains carries the chat template, so the template alone cannot tell)."""
     data = (run_config or {}).get("data")
     if not isinstance(data, dict) or data.get("format", "auto") == "chat":
         return None
@@ -80,7 +64,6 @@ class Reply:
     ended: bool  # the model ended its turn (end-of-turn or end-of-text token)
     stopped: bool  # stop() cut it short
     seed: int
-    prompt_tokens: int  # tokens the model read: system prompt, kept history, the new message, header
     dropped_messages: int  # oldest messages left out to fit the context
 
 
@@ -90,15 +73,10 @@ class ChatSession:
     config beside the model (its `training.sample_*` settings are defaults), or None."""
 
     def __init__(
-        self,
-        model,
-        tokenizer,
-        settings: SamplingSettings | None = None,
-        system_prompt: str | None = None,
-        messages: list[dict[str, str]] | None = None,
-        run_config: dict[str, Any] | None = None,
+        self, model, tokenizer, settings: SamplingSettings | None = None, system_prompt: str | None = None,
+        messages: list[dict[str, str]] | None = None, run_config: dict[str, Any] | None = None,
         name: str = "the model",
-    ) -> None:
+    ) -> None:  # fmt: skip
         self.model, self.tokenizer = model, tokenizer
         self.settings = settings or SamplingSettings()
         self.settings.validate()
@@ -109,7 +87,13 @@ class ChatSession:
             if message.get("role") not in ROLES[1:] or not isinstance(message.get("content"), str):
                 raise ChatError(f"a chat history holds user and assistant messages with text, got {message!r}")
             self.messages.append({"role": message["role"], "content": message["content"]})
-        self.generation_config = self._generation_config(run_config)
+        config = build_generation_config(self.model.generation_config, self.settings, run_config)
+        config.max_new_tokens = config.max_new_tokens or max(1, self.context // DEFAULT_REPLY_SHARE)
+        config.eos_token_id = self.end_ids
+        if config.pad_token_id is None:
+            pad = self.tokenizer.pad_token_id
+            config.pad_token_id = pad if pad is not None else self.end_ids[-1]
+        self.generation_config = config
         self._check_room_for_a_message()
         self.last_reply: Reply | None = None
         self._stop = threading.Event()
@@ -208,20 +192,6 @@ class ChatSession:
                 f"lower it to at most {most}"
             )
 
-    def _generation_config(self, run_config: dict[str, Any] | None) -> GenerationConfig:
-        config = build_generation_config(self.model.generation_config, self.settings, run_config)
-        config.max_new_tokens = config.max_new_tokens or max(1, self.context // DEFAULT_REPLY_SHARE)
-        if config.max_new_tokens >= self.context:
-            raise ConfigError(
-                f"the reply limit ({config.max_new_tokens} tokens) leaves no room in the model's "
-                f"context of {self.context} tokens for the conversation"
-            )
-        config.eos_token_id = self.end_ids
-        if config.pad_token_id is None:
-            pad = self.tokenizer.pad_token_id
-            config.pad_token_id = pad if pad is not None else self.end_ids[-1]
-        return config
-
     def _record(self, user_text: str, prompt_tokens: int, output: list[torch.Tensor], dropped: int, seed: int) -> None:
         new_ids = output[0][0, prompt_tokens:].tolist() if output else []
         ended = bool(new_ids) and new_ids[-1] in self.end_ids
@@ -233,6 +203,5 @@ class ChatSession:
             ended=ended,
             stopped=self._stop.is_set() and not ended and len(new_ids) < self.reply_limit,
             seed=seed,
-            prompt_tokens=prompt_tokens,
             dropped_messages=dropped,
         )

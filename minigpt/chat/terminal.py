@@ -40,10 +40,7 @@ def _interrupts_stop_replies(session: ChatSession) -> Iterator[None]:
 
 
 def chat_in_terminal(
-    session: ChatSession,
-    read: Callable[[str], str] = input,
-    out: TextIO | None = None,
-    err: TextIO | None = None,
+    session: ChatSession, read: Callable[[str], str] = input, out: TextIO | None = None, err: TextIO | None = None
 ) -> None:
     """Chat until /quit, end of input or Ctrl-C at the prompt: replies go to `out` as they are
     generated, notes to `err`."""

@@ -1,18 +1,6 @@
-"""Load the base model a new run starts from (`model.init_from`): find it, fit the run config to it,
-load its tokenizer and weights (`load_base`, handed to training as its `load_base`).
-
-The base is what `scripts/generate.py` takes as MODEL (`minigpt.hub.loading.resolve_model`): a
-run folder (its `final/`), a `checkpoint-N`, a model folder, or `ORG/NAME` at a revision in a hub
-folder. A MiniGPT folder loads directly; a stock transformers folder (config.json `model_type` not
-"minigpt") goes through `minigpt.export.importing.import_stock_model`, which converts an
-architecture MiniGPT expresses exactly (GPT-2, GPT-NeoX-style rotary models, ...) or says why not.
-
-The base decides the architecture, the vocabulary and the tokenizer. A `model.*` key the run
-config writes must agree with it, compared key by key over every architecture field, so keys
-added to MiniGPTConfig later are covered too; only `MAY_CHANGE` (and for rotary models
-`ROTARY_MAY_CHANGE`) may differ. The new run gets a fresh optimizer, schedule and step count;
-`--resume` of it reads its own checkpoints, never the base.
-"""
+"""Load the base model a new run starts from (`model.init_from`, docs/init-from.md): find it, fit
+the run config to its architecture and tokenizer, load its weights (`load_base`). A stock
+transformers folder is converted by `minigpt.export.importing.import_stock_model`."""
 
 from __future__ import annotations
 
@@ -115,7 +103,12 @@ def read_base_model(model: ModelSettings) -> BaseModel:
     ):
         named = f" ({', '.join(architectures)})" if architectures else ""
         raise _not_a_causal_lm(location, f"a {model_type} model{named}")
-    stock = _import_stock(location)
+    try:
+        stock = import_stock_model(location.local_dir)
+    except MiniGPTUserError as err:  # an option MiniGPT cannot express, in one line
+        raise BaseModelError(f"model.init_from: {err}") from None
+    except (OSError, ValueError, RuntimeError) as err:  # unreadable weights, shapes that do not fit
+        raise BaseModelError(f"model.init_from: cannot load {location.name_or_path}: {_first_line(err)}") from None
     return BaseModel(location, model_type, stock.config, stock_model=stock)
 
 
@@ -126,17 +119,6 @@ def _not_a_causal_lm(location: ModelLocation, what: str) -> BaseModelError:
     )
 
 
-def _import_stock(location: ModelLocation) -> PreTrainedModel:
-    try:
-        return import_stock_model(location.local_dir)
-    except MiniGPTUserError as err:  # an option MiniGPT cannot express, in one line
-        raise BaseModelError(f"model.init_from: {err}") from None
-    except (OSError, ValueError, RuntimeError) as err:  # unreadable weights, shapes that do not fit
-        raise BaseModelError(
-            f"model.init_from: cannot load {location.name_or_path}: {_first_line(err)}"
-        ) from None
-
-
 def _first_line(err: BaseException) -> str:
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__
@@ -145,48 +127,28 @@ def _first_line(err: BaseException) -> str:
 # ---- the run config against the base ------------------------------------------------------------
 
 
-def may_change(base: MiniGPTConfig) -> tuple[str, ...]:
-    """`model.*` keys a run may set to other values than its base has."""
-    return MAY_CHANGE + (ROTARY_MAY_CHANGE if base.position_embedding_type == "rope" else ())
-
-
-def base_architecture(config: MiniGPTConfig) -> dict[str, Any]:
-    """The `model:` section's architecture keys as `config` has them (a learned-position config has no
-    rope_parameters: None)."""
-    return {key: getattr(config, key, None) for key in ModelSettings().architecture()}
-
-
-def adopt_base_architecture(
-    run: RunConfig, base: MiniGPTConfig, base_name: str
-) -> tuple[RunConfig, MiniGPTConfig]:
-    """The run with the base's architecture in its `model:` section, and the new model's config.
-
-    Every architecture key the config wrote (`run.explicit_keys`) is compared with the base's
-    value, after normalising both through MiniGPTConfig (a null intermediate_size is 4 x hidden,
-    rope_parameters gain their defaults); a difference outside `may_change(base)` raises one line
-    naming the key and both values. Keys the config did not write take the base's value.
-    """
-    written = {
-        key: value for key, value in run.model.architecture().items() if f"model.{key}" in run.explicit_keys
-    }
+def adopt_base_architecture(run: RunConfig, base: MiniGPTConfig, base_name: str) -> tuple[RunConfig, MiniGPTConfig]:
+    """The run with the base's architecture in its `model:` section, and the new model's config. A key
+    the config wrote must equal the base's (both normalised by MiniGPTConfig) unless `MAY_CHANGE` (rope:
+    `ROTARY_MAY_CHANGE`) names it; keys the config did not write take the base's value."""
+    architecture = run.model.architecture()
+    written = {key: value for key, value in architecture.items() if f"model.{key}" in run.explicit_keys}
     if isinstance(written.get("rope_parameters"), Mapping) and getattr(base, "rope_parameters", None):
         # rope scaling keeps the base's frequencies unless the config names its own rope_theta
-        written["rope_parameters"] = {
-            "rope_theta": base.rope_parameters.get("rope_theta"),
-            **written["rope_parameters"],
-        }
+        scaling = written["rope_parameters"]
+        written["rope_parameters"] = {"rope_theta": base.rope_parameters.get("rope_theta"), **scaling}
     try:
         candidate = MiniGPTConfig.from_dict({**base.to_dict(), **written})
     except ValueError as err:  # MiniGPTConfig names the field: say it as the YAML key
         raise ConfigError(str(err).replace("MiniGPTConfig.", "model.")) from None
-    allowed = may_change(base)
+    allowed = MAY_CHANGE + (ROTARY_MAY_CHANGE if base.position_embedding_type == "rope" else ())
     for key in written:
         mine, theirs = getattr(candidate, key, None), getattr(base, key, None)
         if mine == theirs:
             continue
         if key not in allowed:
             raise BaseModelError(
-                f"model.{key} is {run.model.architecture()[key]!r} in this config but {theirs!r} in the base "
+                f"model.{key} is {architecture[key]!r} in this config but {theirs!r} in the base "
                 f"model {base_name}: the architecture comes from model.init_from; remove model.{key} "
                 f"(only {', '.join(f'model.{k}' for k in allowed)} may change)"
             )
@@ -198,16 +160,10 @@ def adopt_base_architecture(
                 f"base model {base_name}: only the scaling (rope_type, factor, ...) may change"
             )
     init = {key: getattr(run.model, key) for key in INIT_KEYS}
-    model = ModelSettings(**init, **base_architecture(candidate))
+    # a learned-position config has no rope_parameters: None
+    architecture = {key: getattr(candidate, key, None) for key in ModelSettings().architecture()}
+    model = ModelSettings(**init, **architecture)
     return dataclasses.replace(run, model=model), candidate
-
-
-def record_base_location(run: RunConfig, location: ModelLocation) -> RunConfig:
-    """The run as its resolved config records the base: for ORG/NAME the revision it resolved
-    (main when unset), for a folder no revision; the tokenizer path is the base's folder."""
-    model = dataclasses.replace(run.model, init_revision=location.revision if location.is_repo else None)
-    tokenizer = dataclasses.replace(run.tokenizer, path=str(location.local_dir))
-    return dataclasses.replace(run, model=model, tokenizer=tokenizer)
 
 
 # ---- tokenizer and weights -----------------------------------------------------------------------
@@ -242,24 +198,17 @@ def load_base_weights(base: BaseModel, config: MiniGPTConfig, attn_implementatio
         try:
             model.load_state_dict(base.stock_model.state_dict(), strict=True)
         except RuntimeError as err:
-            raise BaseModelError(
-                f"model.init_from: {base.location.name_or_path}: {_first_line(err)}"
-            ) from None
+            raise BaseModelError(f"model.init_from: {base.location.name_or_path}: {_first_line(err)}") from None
         base.stock_model = None  # one copy of the weights is enough
         model.set_attn_implementation(attn_implementation)
         return model.float()
     try:
         model, info = MiniGPTForCausalLM.from_pretrained(
-            base.location.local_dir,
-            config=config,
-            dtype=torch.float32,
-            attn_implementation=attn_implementation,
-            output_loading_info=True,
-        )
+            base.location.local_dir, config=config, dtype=torch.float32,
+            attn_implementation=attn_implementation, output_loading_info=True,
+        )  # fmt: skip
     except (OSError, ValueError, RuntimeError, SafetensorError) as err:  # missing, truncated, unreadable
-        raise BaseModelError(
-            f"model.init_from: cannot load the weights of {base.name}: {_first_line(err)}"
-        ) from None
+        raise BaseModelError(f"model.init_from: cannot load the weights of {base.name}: {_first_line(err)}") from None
     tied = set(getattr(model, "all_tied_weights_keys", None) or ())
     missing = [key for key in info["missing_keys"] if key not in tied]
     if missing or info["unexpected_keys"] or info.get("mismatched_keys"):
@@ -277,7 +226,11 @@ def load_base(run: RunConfig) -> BaseStart:
     base = read_base_model(run.model)
     adopted, model_config = adopt_base_architecture(run, base.config, base.name)
     tokenizer = load_base_tokenizer(adopted, base)  # checks the config's own tokenizer.path
-    adopted = record_base_location(adopted, base.location)
+    # as the resolved config records the base: for ORG/NAME the revision it resolved, for a folder none
+    location = base.location
+    model = dataclasses.replace(adopted.model, init_revision=location.revision if location.is_repo else None)
+    tokenizer_settings = dataclasses.replace(adopted.tokenizer, path=str(location.local_dir))
+    adopted = dataclasses.replace(adopted, model=model, tokenizer=tokenizer_settings)
     check_fits_model(adopted, whose="the base model's ")
     weights = load_base_weights(base, model_config, resolve_hardware(adopted.hardware).attn_implementation)
     return BaseStart(adopted, weights, tokenizer, name=f"{base.name} ({base.model_type})", record=base.record())

@@ -91,6 +91,3 @@ def load_model(location: ModelLocation, **kwargs: Any) -> PreTrainedModel:
     with transformers_progress_bars(False):
         model = AutoModelForCausalLM.from_pretrained(location.name_or_path, **location.from_pretrained_kwargs(), **kwargs)
     return model.eval()
-
-
-__all__ = ["ModelLocation", "ModelNotFoundError", "load_model", "load_tokenizer", "resolve_model"]

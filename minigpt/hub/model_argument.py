@@ -11,6 +11,3 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="model folder, run or checkpoint folder, or ORG/NAME in --hub-dir")
     parser.add_argument("--revision", default=None, help="branch, tag or commit of a repo id (default: main)")
     parser.add_argument("--hub-dir", default=None, help="hub folder for repo ids (default: $HF_HUB_CACHE, else ./hub)")
-
-
-__all__ = ["add_model_arguments"]

@@ -1,10 +1,6 @@
-"""Keep the training machine's paths (`/home/me/runs/x`, `../mydata`) out of a published model.
-
-The published `resolved_config.yaml` names data files by file name (sizes in its header and the
-card) and leaves out keys that only name local folders; JSON loses transformers' loading state
-(`_name_or_path`, `is_local`, ...); a last check refuses any text file still naming a local folder.
-The one module of hub/ that imports the data stage.
-"""
+"""Keep the training machine's paths (`/home/me/runs/x`, `../mydata`) out of a published model: the
+run config names data files by file name and leaves out local folders, JSON loses transformers'
+loading state, and a last check refuses any text file still naming a local folder."""
 
 from __future__ import annotations
 
@@ -141,6 +137,3 @@ def find_local_path(files: dict[str, Path], paths: set[str]) -> tuple[str, str] 
             if leaked:
                 return name, leaked[0]
     return None
-
-
-__all__ = ["PortableRunConfig", "clean_json_text", "find_local_path", "local_paths", "portable_run_config"]

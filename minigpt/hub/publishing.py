@@ -1,12 +1,6 @@
-"""Publish a trained model to a hub folder: pick the files, write the model card, commit.
-
-An allowlist (safetensors weights, configs, tokenizer, the model's source files, the resolved run
-config, the loss curve) keeps Trainer's pickles out; nothing published names a folder of the
-training machine (`portable`); every check runs before the hub folder is touched. Forms: "stock"
-(the stock architecture computing the model exactly, no remote code: `minigpt.export`), "minigpt"
-(its own config and source files, `trust_remote_code=True`), "auto" (stock when one fits). A GGUF
-file for llama.cpp can go beside.
-"""
+"""Publish a trained model to a hub folder (docs/sharing.md): an allowlist of files, in the stock or
+MiniGPT's own form, a GGUF beside if asked, the model card; every check runs before the hub folder
+is touched."""
 
 from __future__ import annotations
 
@@ -32,7 +26,6 @@ from .portable import clean_json_text, find_local_path, local_paths, portable_ru
 
 # What save_pretrained writes for a fast tokenizer (MiniGPT's, and every stock export's)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
-PUBLISH_FORMS = ("auto", "stock", "minigpt")
 
 
 class PublishError(MiniGPTUserError):
@@ -120,8 +113,6 @@ def collect_files(
     source: str | os.PathLike, staging: Path, repo_id: str, license: str, form: str = "auto", gguf_dtype: str | None = None
 ) -> dict[str, Path]:
     """{snapshot name: file} for everything published from `source`; generated files go to `staging`."""
-    if form not in PUBLISH_FORMS:
-        raise PublishError(f"form must be one of {', '.join(PUBLISH_FORMS)}, got {form!r}")
     location = resolve_model(source)  # ModelNotFoundError (one line) for a missing source
     model_dir, run_dir = location.local_dir, location.run_dir
     try:
@@ -194,6 +185,3 @@ def publish(
     with tempfile.TemporaryDirectory(prefix="minigpt-publish-") as staging:
         files = collect_files(source, Path(staging), repo_id, license, form, gguf_dtype)
         return store.push_files(files, repo_id, hub_dir, message or f"Publish {source}", tag=tag)
-
-
-__all__ = ["PUBLISH_FORMS", "PublishError", "collect_files", "publish"]

@@ -9,10 +9,8 @@
         .staging/                         half-written files and snapshots, renamed into place
       .locks/models--ORG--NAME/push.lock  one push at a time per repo (huggingface_hub's file lock)
 
-With `HF_HUB_CACHE=HUB_DIR HF_HUB_OFFLINE=1`, `from_pretrained("ORG/NAME", revision="main" or a
-tag)` loads it as a download (huggingface_hub writes this layout only from downloads; its
-`scan_cache_dir` reads ours). A push never leaves a broken revision: blobs, then the snapshot
-folder (renamed in one step), then the commit record, then the refs.
+With `HF_HUB_CACHE=HUB_DIR HF_HUB_OFFLINE=1`, `from_pretrained("ORG/NAME", revision=...)` loads it
+as a download. A push never leaves a broken revision: blobs, snapshot, commit record, then refs.
 """
 
 from __future__ import annotations
@@ -120,10 +118,6 @@ def list_refs(hub_dir: str | os.PathLike, repo_id: str) -> dict[str, str]:
     return {p.name: p.read_text().strip() for p in sorted(refs.iterdir()) if p.is_file()} if refs.is_dir() else {}
 
 
-def read_ref(hub_dir: str | os.PathLike, repo_id: str, ref: str) -> str | None:
-    return list_refs(hub_dir, repo_id).get(ref)
-
-
 def read_commit(hub_dir: str | os.PathLike, repo_id: str, commit_id: str) -> CommitInfo:
     record = json.loads((repo_dir(hub_dir, repo_id) / "commits" / f"{commit_id}.json").read_text())
     refs = tuple(name for name, target in list_refs(hub_dir, repo_id).items() if target == commit_id)
@@ -191,28 +185,21 @@ def _build_snapshot(repo: Path, commit_id: str, files: Mapping[str, str]) -> Non
 def check_new_tag(hub_dir: str | os.PathLike, repo_id: str, tag: str | None) -> None:
     """Refuse a bad repo id, a bad tag or one that exists (tags never move), before anything is written."""
     validate_model_repo_id(repo_id)
-    if tag is not None and read_ref(hub_dir, repo_id, validate_tag(tag)) is not None:
+    if tag is not None and list_refs(hub_dir, repo_id).get(validate_tag(tag)) is not None:
         raise HubError(f"tag {tag!r} already exists in {repo_id}; tags never move, pick a new one")
 
 
 def push_files(
     files: Mapping[str, str | os.PathLike], repo_id: str, hub_dir: str | os.PathLike, message: str, tag: str | None = None
 ) -> CommitInfo:
-    """Commit `files` ({name in snapshot: file on disk}) on `main` of `repo_id`, and tag it.
-
-    The new commit's parent is the current `main`. When every file is unchanged from the parent,
-    no commit is made (as the hub skips empty commits) and only the tag is added.
-    Raises HubError, before writing anything, for a bad repo id or tag or a tag that exists.
-    """
+    """Commit `files` ({name in snapshot: file on disk}) on `main` of `repo_id`, and tag it. When every
+    file is unchanged from the parent, no commit is made (as the hub skips empty commits)."""
     repo = repo_dir(hub_dir, repo_id)
-    for path in files:
-        if "/" in path or path.startswith(".") or not path:
-            raise HubError(f"snapshot file names must be plain names, got {path!r}")
     sources = {path: Path(source) for path, source in sorted(files.items())}
     blob_names = {path: blob_name(source) for path, source in sources.items()}
     with WeakFileLock(Path(hub_dir) / ".locks" / repo.name / "push.lock"):  # pushes to a repo take turns
         check_new_tag(hub_dir, repo_id, tag)
-        parent = read_ref(hub_dir, repo_id, MAIN_BRANCH)
+        parent = list_refs(hub_dir, repo_id).get(MAIN_BRANCH)
         unchanged = (repo / "commits" / f"{parent}.json").is_file() and read_commit(hub_dir, repo_id, parent).files == blob_names
         if unchanged:  # (a parent MiniGPT did not write, a real download, has no record)
             if tag is not None:
@@ -234,7 +221,3 @@ def push_files(
         if tag is not None:
             _write_ref(repo, tag, commit_id)
         return read_commit(hub_dir, repo_id, commit_id)
-
-
-__all__ = ["MAIN_BRANCH", "CommitInfo", "HubError", "commit_id_for", "default_hub_dir", "history", "push_files",
-           "repo_dir", "resolve_commit", "snapshot_dir", "validate_model_repo_id", "validate_tag"]  # fmt: skip

@@ -1,15 +1,5 @@
-"""Run an existing OpenAI-compatible server on a model's exported files until Ctrl-C.
-
-    transformers   `transformers serve` (its CLI's own `Serve`: FastAPI and uvicorn) in this process,
-                   pinned to the stock folder, with the folder's generation config
-    llama.cpp      llama.cpp's own server (`llama-server`) in this process through `xllamacpp`, on the
-                   GGUF: one slot of the model's context, an f32 KV cache and no flash attention (both
-                   round to f16 inside: MiniGPT's greedy tokens need neither), OpenAI's sampling defaults
-
-Both answer `/v1/chat/completions`, `/v1/completions` and `/v1/models` on `host:port`, with no
-cross-origin access for web pages. Ctrl-C (or SIGTERM) ends the call with KeyboardInterrupt, which
-`minigpt.errors.run_cli` turns into one line and exit code 130.
-"""
+"""Run an existing OpenAI-compatible server (`transformers serve`, or llama.cpp's through `xllamacpp`)
+in this process on a model's exported files until Ctrl-C; docs/serving.md says how each is set up."""
 
 from __future__ import annotations
 
@@ -126,6 +116,3 @@ def serve_llama_cpp(files: EngineFiles, host: str, port: int, threads: int | Non
 def serve(files: EngineFiles, host: str, port: int, threads: int | None = None) -> None:
     """Serve `files` with their engine on `host:port` until Ctrl-C (KeyboardInterrupt)."""
     {"transformers": serve_transformers, "llama.cpp": serve_llama_cpp}[files.engine](files, host, port, threads)
-
-
-__all__ = ["ServingError", "base_url", "check_port_free", "serve"]

@@ -1,15 +1,5 @@
-"""The files each serving engine reads, exported from a MiniGPT model once and found again after.
-
-    transformers   a stock transformers folder (`transformers serve` loads no custom class) whose
-                   generation config samples: a request's temperature and top_p apply as OpenAI
-                   defines them (temperature 0: greedy), with no top-k cut
-    llama.cpp      one f32 GGUF file with the tokenizer, the chat template and `<|im_end|>` as its
-                   end-of-turn token; f32 weights and an f32 KV cache give MiniGPT's greedy tokens
-
-They go beside the run, in `<run>/serving/`, for a run's `final/` or `checkpoint-N/`, else in the
-per-user cache, never into the model's folder, under a digest of the model's files: a model trained
-again gets new exports, an unchanged one reuses its own.
-"""
+"""The files each serving engine reads (a stock transformers folder, an f32 GGUF), exported once per
+model version under a digest of its files, in `<run>/serving/` or the per-user cache (docs/serving.md)."""
 
 from __future__ import annotations
 
@@ -79,9 +69,7 @@ def export_for_engine(location: ModelLocation, engine: str) -> tuple[EngineFiles
     tokenizer = load_tokenizer(location)
     if engine == "llama.cpp":
         write_gguf(model, tokenizer, files.path, dtype="f32")
-        return files, True
-    write_stock_folder(to_stock_model(model), tokenizer, files.path, model.generation_config, files.name, sampling=SAMPLING)
+    else:
+        stock = to_stock_model(model)
+        write_stock_folder(stock, tokenizer, files.path, model.generation_config, files.name, sampling=SAMPLING)
     return files, True
-
-
-__all__ = ["ENGINES", "EngineFiles", "engine_files", "export_for_engine"]

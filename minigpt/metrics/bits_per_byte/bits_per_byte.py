@@ -1,12 +1,6 @@
-"""Loss, perplexity and bits per byte of a causal language model over a text, as an `evaluate` metric.
-
-Inputs are per-window sums, so a whole corpus costs a few numbers per window. Bits per byte is the
-loss of the tokens that encode the text over the bytes they encode (lm-evaluation-harness's
-`bits_per_byte`: -sum of log-likelihoods / bytes / ln 2); byte and word perplexity are its
-`byte_perplexity` and `word_perplexity` (`weighted_perplexity`: exp of the negative log-likelihood
-over the bytes or over the words, which the caller counts). Shipped inside the minigpt package and
-loaded offline from its path: `evaluate.load(str(path_to_this_folder))`.
-"""
+"""Loss, perplexity and bits per byte of a causal language model over a text, as an `evaluate` metric
+over per-window sums, with lm-evaluation-harness's `bits_per_byte`, `byte_perplexity` and
+`word_perplexity`. Loaded offline from this folder: `evaluate.load(str(path_to_this_folder))`."""
 
 from __future__ import annotations
 
@@ -26,17 +20,9 @@ Args:
     text_bytes (`int`, optional): bytes to divide by instead of sum(num_bytes) (keyword of `compute`).
     text_words (`int`, optional): words of the scored text, lm-eval's count (keyword of `compute`).
 Returns:
-    loss (`float`): mean nats per predicted token.
-    perplexity (`float`): exp(loss).
-    bits_per_byte (`float`): nats of the text tokens / their bytes / ln 2.
-    byte_perplexity (`float`): exp(nats of the text tokens / their bytes) = 2 ** bits_per_byte.
-    word_perplexity (`float` or None): exp(nats of the text tokens / text_words); None without text_words.
-    num_tokens (`int`), num_text_tokens (`int`), num_bytes (`int`): the totals used.
-Examples:
-    >>> metric = evaluate.load("minigpt/metrics/bits_per_byte")
-    >>> metric.compute(nll_sum=[3.0, 4.0], num_tokens=[2, 2], text_nll_sum=[2.0, 4.0],
-    ...                num_text_tokens=[1, 2], num_bytes=[2, 6])["bits_per_byte"] * math.log(2)
-    0.75
+    loss (mean nats per predicted token) and perplexity (its exp); bits_per_byte (nats of the text
+    tokens / their bytes / ln 2), byte_perplexity (2 ** bits_per_byte), word_perplexity (exp(nats of
+    the text tokens / text_words), None without text_words); num_tokens, num_text_tokens, num_bytes.
 """
 
 
