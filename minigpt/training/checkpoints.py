@@ -190,7 +190,7 @@ def checkpoint_problems(checkpoint_dir: str | os.PathLike) -> list[str]:
     try:
         sizes = dict(json.loads((folder / COMPLETE_MARKER).read_text())["files"])
     except FileNotFoundError:
-        return ["not a folder"] if not folder.is_dir() else [f"no {COMPLETE_MARKER}: its save did not finish"]
+        return [f"no {COMPLETE_MARKER}: its save did not finish"]
     except (ValueError, KeyError, TypeError, OSError):
         return [f"{COMPLETE_MARKER} is unreadable"]
     problems = []

@@ -12,7 +12,6 @@ import threading
 import time
 from collections.abc import Iterator
 
-from ..console import write_to_stderr
 from ..distributed import is_main_process
 from ..errors import DUPLICATE_SIGNAL_WINDOW_S
 
@@ -75,6 +74,8 @@ class StopController:
 
 
 def _write_stderr(text: str) -> None:
-    # os.write, not print: a handler may interrupt a print on the same stream.
+    # os.write, not print: a handler may interrupt a print on the same stream. A closed pipe or a
+    # full disk loses the text, never the run.
     if is_main_process():
-        write_to_stderr(text)
+        with contextlib.suppress(OSError):
+            os.write(2, text.encode())
