@@ -1,8 +1,5 @@
 """Outputs that appear whole or not at all: written into a sibling staging path, then renamed
-(`os.replace` is atomic within one filesystem), so a kill at any instant leaves the old output or the
-new one. Staging files are private while written; before the rename they get the umask's modes, as
-`cp` or `mkdir` would give them.
-"""
+(`os.replace` is atomic within one filesystem), with the modes the umask gives a new file or folder."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""Checkpoints that resume trusts only once they are complete, through Trainer's public hooks: Trainer
-saves `checkpoint-N` in place (its rotation off); once every process has written, the main one flushes
-the files, writes `checkpoint_complete.json` (each file and its size) and then rotates. Resume
-(`find_resume_checkpoint`) never loads a folder without the marker, so a kill at any instant leaves
-the previous complete checkpoint whole.
+"""Checkpoints that resume trusts only once they are complete (docs/training.md, "Checkpoints"): once
+every process has written `checkpoint-N`, the main one flushes it, writes `checkpoint_complete.json`
+(each file and its size) and rotates; `find_resume_checkpoint` never loads a folder without the marker.
 """
 
 from __future__ import annotations

@@ -13,9 +13,7 @@ import time
 from collections.abc import Iterator
 
 from ..distributed import is_main_process
-from ..errors import DUPLICATE_SIGNAL_WINDOW_S
-
-HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+from ..errors import DUPLICATE_SIGNAL_WINDOW_S, GUARDED_SIGNALS
 
 
 class StopController:
@@ -51,7 +49,7 @@ class StopController:
         if threading.current_thread() is not threading.main_thread():
             yield self
             return
-        previous = {sig: signal.signal(sig, self.handle_signal) for sig in HANDLED_SIGNALS}
+        previous = {sig: signal.signal(sig, self.handle_signal) for sig in GUARDED_SIGNALS}
         try:
             yield self
         finally:

@@ -176,9 +176,7 @@ def _tokenizer_and_data(start: RunStart, args: TrainingArguments) -> tuple[PreTr
 
 def _size_for_budget(run: RunConfig, tokenizer: PreTrainedTokenizerBase, data: RunData, args: TrainingArguments) -> Plan:
     """Choose the model and steps for training.budget on this corpus, set them on the run, say them.
-
-    Every process measures (the machine as loaded as it will train); the main one's plan is taken.
-    """
+    Every process measures (the machine as loaded as it will train); the main one's plan is taken."""
 
     def config_for(layers: int, width: int) -> MiniGPTConfig:
         shape = dataclasses.replace(run.model, num_hidden_layers=layers, hidden_size=width, num_attention_heads=width // HEAD_SIZE)
@@ -410,10 +408,8 @@ def save_final_model(
     final_dir: Path,
     state_dict: dict[str, torch.Tensor] | None = None,
 ) -> Path:
-    """Model, tokenizer and resolved config to `final_dir`, which appears whole or not at all.
-
-    `state_dict` is the full (gathered) one when the model is sharded; None saves the model's own.
-    """
+    """Model, tokenizer and resolved config to `final_dir`, which appears whole or not at all;
+    `state_dict` is the full (gathered) one when the model is sharded, None saves the model's own."""
     model = trainer.accelerator.unwrap_model(trainer.model)  # no DDP wrapper, no compiled module
     model.config.use_cache = True  # Trainer turned the KV cache off for training; generation wants it
     state_dict = without_tied_copies(model, state_dict)  # a gathered one holds a tied weight twice
