@@ -203,17 +203,6 @@ def checkpoint_problems(checkpoint_dir: str | os.PathLike) -> list[str]:
     return problems
 
 
-def set_aside(checkpoint_dir: Path) -> Path:
-    """Rename a bad checkpoint to `corrupt-checkpoint-N[-k]`, out of reach of resume and rotation."""
-    target, suffix = checkpoint_dir.with_name(f"{SET_ASIDE_PREFIX}{checkpoint_dir.name}"), 1
-    while target.exists():
-        suffix += 1
-        target = checkpoint_dir.with_name(f"{SET_ASIDE_PREFIX}{checkpoint_dir.name}-{suffix}")
-    os.replace(checkpoint_dir, target)
-    fsync_dir(checkpoint_dir.parent)
-    return target
-
-
 def _warn(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr, flush=True)
 
@@ -240,7 +229,13 @@ def find_resume_checkpoint(output_dir: str | os.PathLike, *, info: Callable[[str
         if not problems:
             found = str(checkpoint)
             break
-        moved_to = set_aside(checkpoint)
+        # Renamed to `corrupt-checkpoint-N[-k]`, out of reach of resume and rotation.
+        moved_to, suffix = checkpoint.with_name(f"{SET_ASIDE_PREFIX}{checkpoint.name}"), 1
+        while moved_to.exists():
+            suffix += 1
+            moved_to = checkpoint.with_name(f"{SET_ASIDE_PREFIX}{checkpoint.name}-{suffix}")
+        os.replace(checkpoint, moved_to)
+        fsync_dir(checkpoint.parent)
         _warn(f"{checkpoint.name} is incomplete or corrupt ({'; '.join(problems)}): "
               f"moved it to {moved_to.name}, trying an older checkpoint")
     info(f"resuming from {found}" if found else f"no complete checkpoint in {Path(output_dir)}: starting training from scratch")
