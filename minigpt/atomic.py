@@ -1,8 +1,5 @@
 """Outputs that appear whole or not at all: written into a sibling staging path, then renamed
-(`os.replace` is atomic within one filesystem), so a kill at any instant leaves the old output or the
-new one. Staging files are private while written; before the rename they get the umask's modes, as
-`cp` or `mkdir` would give them.
-"""
+(`os.replace` is atomic within one filesystem), with the modes the umask gives a new file or folder."""
 
 from __future__ import annotations
 
@@ -93,33 +90,24 @@ def atomic_write_file(path: str | os.PathLike, mode: str = "w", **open_kwargs) -
         yield handle
 
 
-def replace_dir(staging: str | os.PathLike, target: str | os.PathLike) -> None:
-    """Move a finished `staging` directory to `target`, the old one renamed aside first, so the old or
-    the new whole directory exists at every instant (as `target` or `.<target>.old-*`)."""
-    staging, target = Path(staging), Path(target)
-    apply_umask_modes(staging)
-    old = None
-    if target.exists():
-        old = target.with_name(f".{target.name}.old-{os.getpid()}")
-        if old.exists():
-            shutil.rmtree(old)
-        os.replace(target, old)
-    os.replace(staging, target)
-    fsync_dir(target.parent)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 @contextlib.contextmanager
 def atomic_output_dir(target: str | os.PathLike) -> Iterator[Path]:
-    """An empty staging directory that replaces `target` in one rename on success; on any exception
-    it is removed and `target` left as it was."""
+    """An empty staging directory that replaces `target` on success, the old one renamed aside first,
+    so the old or the new whole directory exists at every instant (as `target` or `.<target>.old-*`);
+    on any exception it is removed and `target` left as it was."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = make_temp_dir(target.parent, prefix=f".{target.name}.staging-")
     try:
         yield staging
-        replace_dir(staging, target)
+        apply_umask_modes(staging)
+        old = target.with_name(f".{target.name}.old-{os.getpid()}")
+        if target.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(target, old)
+        os.replace(staging, target)
+        fsync_dir(target.parent)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    shutil.rmtree(old, ignore_errors=True)

@@ -91,10 +91,3 @@ def never_failing_output() -> None:
         stream = getattr(sys, name)
         if stream is not None and not isinstance(stream, NeverFailingStream):
             setattr(sys, name, NeverFailingStream(stream))
-
-
-def write_to_stderr(text: str) -> None:
-    """`os.write` to descriptor 2, for signal handlers (a print may be interrupted mid-call); a
-    closed pipe or a full disk loses the text, never the run."""
-    with contextlib.suppress(OSError):
-        os.write(2, text.encode())

@@ -61,6 +61,15 @@ def sample_others_busy_cores(seconds: float = SAMPLE_SECONDS) -> float:
     return others_busy_cores(start, read_cpu_times())
 
 
+def cpuinfo(field: str) -> str | None:
+    """The first `field` of Linux's /proc/cpuinfo (None elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            return next((line.split(":", 1)[1].strip() for line in handle if line.startswith(field)), None)
+    except OSError:
+        return None
+
+
 def is_busy(others: float) -> bool:
     """True when other work holds more than BUSY_CORE_SHARE of a core."""
     return others > BUSY_CORE_SHARE

@@ -23,12 +23,6 @@ def process_index() -> int:
     return dist.get_rank() if dist is not None else int(os.environ.get("RANK", "0"))
 
 
-def world_size() -> int:
-    """Number of training processes (1 without a launcher)."""
-    dist = _process_group()
-    return dist.get_world_size() if dist is not None else int(os.environ.get("WORLD_SIZE", "1"))
-
-
 def is_main_process() -> bool:
     """True on the one process that prints progress and writes files."""
     return process_index() == 0

@@ -1,8 +1,6 @@
 """User-facing errors: a `MiniGPTUserError` ends a script (`run_cli`) with one line `error: ...` and
 exit code 2, no traceback; anything else is a bug and keeps its traceback. `run_cli` also owns Ctrl-C
-and SIGTERM outside training: one line and exit 128 + signal within `INTERRUPT_GRACE_S`, at once on a
-second press. Outputs are written atomically, so nothing is left half-written either way.
-"""
+and SIGTERM outside training (`InterruptGuard`)."""
 
 from __future__ import annotations
 
@@ -40,11 +38,10 @@ class DataError(MiniGPTUserError):
 
 class InterruptGuard:
     """Ctrl-C/SIGTERM for a whole CLI run. The first signal raises `KeyboardInterrupt` in the main thread
-    so `with` blocks clean up; a watcher thread exits if the unwinding is stuck past `grace_s` (a pool, a
+    so `with` blocks clean up; a watcher thread exits if the unwinding is stuck past INTERRUPT_GRACE_S (a pool, a
     call into Rust), or at once on a second signal. It stands aside while training's handlers are in."""
 
-    def __init__(self, grace_s: float = INTERRUPT_GRACE_S) -> None:
-        self.grace_s = grace_s
+    def __init__(self) -> None:
         self.signum: int | None = None  # the first signal received
         self._first_at: float | None = None
         self._raised = False  # the main thread got its KeyboardInterrupt
@@ -106,8 +103,8 @@ class InterruptGuard:
                 if signum not in GUARDED_SIGNALS or signal.getsignal(signum) != self.handle:
                     continue  # another handler (training's checkpoint-then-stop) is in charge
                 self._note(signum)
-                if deadline is None:  # the first press: the unwinding has grace_s to end the process
-                    deadline = time.monotonic() + self.grace_s
+                if deadline is None:  # the first press: the unwinding has INTERRUPT_GRACE_S to end the process
+                    deadline = time.monotonic() + INTERRUPT_GRACE_S
                 elif time.monotonic() - (self._first_at or 0.0) >= DUPLICATE_SIGNAL_WINDOW_S:
                     self.finish()  # a second press: at once
 

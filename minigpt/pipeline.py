@@ -1,7 +1,5 @@
-"""The whole job of `scripts/train.py` and the app's Train tab, top of the package: the base model
-loaded when the config names one (hub), the run trained (training), then its report (reporting).
-Each stage gets what the one before produced; none of them calls back up.
-"""
+"""The whole job of `scripts/train.py` and the app's Train tab: the base model loaded when the config
+names one (hub), the run trained (training), then its report (reporting)."""
 
 from __future__ import annotations
 
@@ -25,10 +23,8 @@ def run_training(
     resume: bool = False,
     sources: Sources | None = None,
 ) -> TrainingResult:
-    """Train as the run config says, then write loss.png and run.html and print the closing lines.
-
-    `callbacks`, `stop_controller`, `resume` and `sources` are `minigpt.training.run.train`'s.
-    """
+    """Train as the run config says (`minigpt.training.run.train`'s arguments), then write loss.png and
+    run.html and print the closing lines."""
     stop_controller = stop_controller or StopController()
     result = train(run, callbacks, stop_controller, resume, load_base=load_base, sources=sources)
     if is_main_process():

@@ -289,14 +289,15 @@ def config_section(run: RunFolder) -> str:
     return _section("config", f"<details><summary>{summary}</summary><pre>{esc(run.config_text)}</pre></details>")
 
 
-def render_run_page(run: RunFolder) -> str:
-    """The page as one HTML document (its CSS from run_page.css beside this file)."""
+def write_run_page(run: RunFolder) -> Path:
+    """Write `<run folder>/run.html` (atomically), one HTML document with its CSS from run_page.css
+    beside this file; returns its path."""
     style = Path(__file__).with_name("run_page.css").read_text(encoding="utf-8")
     sections = (overview_section, corpus_section, plan_section, curves_section, evaluations_section, samples_section,
                 config_section)
     inputs = (RESOLVED_CONFIG_NAME, METRICS_FILE, SAMPLES_FILE, SUMMARY_FILE, CORPUS_REPORT_FILE, PLAN_FILE)
     read = ", ".join(name for name in inputs if (run.path / name).is_file())
-    return (
+    page = (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         # Nothing is fetched: no script, no font, no image from anywhere (inline SVG needs no request).
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"
@@ -305,11 +306,7 @@ def render_run_page(run: RunFolder) -> str:
         + "".join(section(run) for section in sections)
         + f"<footer>written by MiniGPT from this folder's {esc(read or 'files')}</footer></main></body></html>\n"
     )
-
-
-def write_run_page(run: RunFolder) -> Path:
-    """Write `<run folder>/run.html` (atomically); returns its path."""
     path = run.path / RUN_PAGE_FILE
     with atomic_write_file(path, encoding="utf-8") as handle:
-        handle.write(render_run_page(run))
+        handle.write(page)
     return path

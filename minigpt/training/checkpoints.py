@@ -1,8 +1,6 @@
-"""Checkpoints that resume trusts only once they are complete, through Trainer's public hooks: Trainer
-saves `checkpoint-N` in place (its rotation off); once every process has written, the main one flushes
-the files, writes `checkpoint_complete.json` (each file and its size) and then rotates. Resume
-(`find_resume_checkpoint`) never loads a folder without the marker, so a kill at any instant leaves
-the previous complete checkpoint whole.
+"""Checkpoints that resume trusts only once they are complete (docs/training.md, "Checkpoints"): once
+every process has written `checkpoint-N`, the main one flushes it, writes `checkpoint_complete.json`
+(each file and its size) and rotates; `find_resume_checkpoint` never loads a folder without the marker.
 """
 
 from __future__ import annotations
@@ -190,7 +188,7 @@ def checkpoint_problems(checkpoint_dir: str | os.PathLike) -> list[str]:
     try:
         sizes = dict(json.loads((folder / COMPLETE_MARKER).read_text())["files"])
     except FileNotFoundError:
-        return ["not a folder"] if not folder.is_dir() else [f"no {COMPLETE_MARKER}: its save did not finish"]
+        return [f"no {COMPLETE_MARKER}: its save did not finish"]
     except (ValueError, KeyError, TypeError, OSError):
         return [f"{COMPLETE_MARKER} is unreadable"]
     problems = []
@@ -203,17 +201,6 @@ def checkpoint_problems(checkpoint_dir: str | os.PathLike) -> list[str]:
     if TRAINER_STATE_NAME not in sizes:
         problems.append(f"{TRAINER_STATE_NAME} is missing")
     return problems
-
-
-def set_aside(checkpoint_dir: Path) -> Path:
-    """Rename a bad checkpoint to `corrupt-checkpoint-N[-k]`, out of reach of resume and rotation."""
-    target, suffix = checkpoint_dir.with_name(f"{SET_ASIDE_PREFIX}{checkpoint_dir.name}"), 1
-    while target.exists():
-        suffix += 1
-        target = checkpoint_dir.with_name(f"{SET_ASIDE_PREFIX}{checkpoint_dir.name}-{suffix}")
-    os.replace(checkpoint_dir, target)
-    fsync_dir(checkpoint_dir.parent)
-    return target
 
 
 def _warn(message: str) -> None:
@@ -242,7 +229,13 @@ def find_resume_checkpoint(output_dir: str | os.PathLike, *, info: Callable[[str
         if not problems:
             found = str(checkpoint)
             break
-        moved_to = set_aside(checkpoint)
+        # Renamed to `corrupt-checkpoint-N[-k]`, out of reach of resume and rotation.
+        moved_to, suffix = checkpoint.with_name(f"{SET_ASIDE_PREFIX}{checkpoint.name}"), 1
+        while moved_to.exists():
+            suffix += 1
+            moved_to = checkpoint.with_name(f"{SET_ASIDE_PREFIX}{checkpoint.name}-{suffix}")
+        os.replace(checkpoint, moved_to)
+        fsync_dir(checkpoint.parent)
         _warn(f"{checkpoint.name} is incomplete or corrupt ({'; '.join(problems)}): "
               f"moved it to {moved_to.name}, trying an older checkpoint")
     info(f"resuming from {found}" if found else f"no complete checkpoint in {Path(output_dir)}: starting training from scratch")

@@ -1,7 +1,5 @@
 """Command-line options shared by scripts/train_tokenizer.py and scripts/prepare_data.py: a run config
-(default configs/shakespeare.yaml), then `section.key=value` overrides, then the direct flags
-(`prepare_data.py --data my.txt --block-size 128 --vocab-size 2048`).
-"""
+(default configs/shakespeare.yaml), then `section.key=value` overrides, then the direct flags."""
 
 from __future__ import annotations
 

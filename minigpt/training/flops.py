@@ -20,8 +20,7 @@ from transformers import TrainerCallback
 
 from ..atomic import atomic_write_file
 from ..cache_dir import user_cache_dir
-from ..cpu_load import is_busy, others_busy_cores, read_cpu_times
-from .hardware import cpuinfo
+from ..cpu_load import cpuinfo, is_busy, others_busy_cores, read_cpu_times
 
 PEAK_FLOPS_FILE = "peak_flops.json"
 MEASURE_SECONDS = 1.0  # time a measurement may take, warm-ups included (about 1.5x at worst)

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 
 import torch
 
-from ..cpu_load import keep_freed_memory
+from ..cpu_load import cpuinfo, keep_freed_memory
 from .settings import HardwareSettings
 
 BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")  # /proc/cpuinfo flags of CPUs with bf16 matmul instructions
@@ -32,15 +32,6 @@ def resolve_hardware(hardware: HardwareSettings) -> HardwareSettings:
     if attention == "auto":
         attention = "eager" if cpu and bf16 else "sdpa"
     return dataclasses.replace(hardware, bf16=bf16, attn_implementation=attention)
-
-
-def cpuinfo(field: str) -> str | None:
-    """The first `field` of Linux's /proc/cpuinfo (None elsewhere)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            return next((line.split(":", 1)[1].strip() for line in handle if line.startswith(field)), None)
-    except OSError:
-        return None
 
 
 def cpu_flags() -> set[str]:

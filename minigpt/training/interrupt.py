@@ -12,11 +12,8 @@ import threading
 import time
 from collections.abc import Iterator
 
-from ..console import write_to_stderr
 from ..distributed import is_main_process
-from ..errors import DUPLICATE_SIGNAL_WINDOW_S
-
-HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+from ..errors import DUPLICATE_SIGNAL_WINDOW_S, GUARDED_SIGNALS
 
 
 class StopController:
@@ -52,7 +49,7 @@ class StopController:
         if threading.current_thread() is not threading.main_thread():
             yield self
             return
-        previous = {sig: signal.signal(sig, self.handle_signal) for sig in HANDLED_SIGNALS}
+        previous = {sig: signal.signal(sig, self.handle_signal) for sig in GUARDED_SIGNALS}
         try:
             yield self
         finally:
@@ -75,6 +72,8 @@ class StopController:
 
 
 def _write_stderr(text: str) -> None:
-    # os.write, not print: a handler may interrupt a print on the same stream.
+    # os.write, not print: a handler may interrupt a print on the same stream. A closed pipe or a
+    # full disk loses the text, never the run.
     if is_main_process():
-        write_to_stderr(text)
+        with contextlib.suppress(OSError):
+            os.write(2, text.encode())

@@ -1,8 +1,6 @@
 """Training memory per device, estimated from the architecture and the run's settings before anything is
-allocated (docs/gpu.md): fp32 weights, gradients and AdamW moments, autocast's half-precision weight
-copies, and the activations autograd saves at their dtype, plus the loss's fp32 log-softmax. The peak is
-the largest of the start of the backward, the recomputation of the last block (activation checkpointing)
-and its end. Not counted: the CUDA context, allocator slack, torch.compile.
+allocated (docs/gpu.md#memory): weights, gradients, AdamW moments, autocast's weight copies and the saved
+activations, at the largest of the backward's start, the last block's recomputation and its end.
 
 Symbols: C hidden size, I MLP width (`inner`), V vocabulary, nh heads, T block size, L layers,
 a bytes of an activation element (2 under bf16/fp16 autocast, else 4), m of a dropout mask element.

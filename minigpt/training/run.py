@@ -1,19 +1,7 @@
-"""`train`: one training run from a RunConfig, from raw corpus to `<output_dir>/final/`.
-
-The steps, each fed by the one before:
-1. where the run starts (start.py): new, resumed from its newest complete checkpoint, or from a
-   base model handed in by `load_base`; every check that can refuse the run, before anything is written;
-2. the tokenizer, and the data as training reads it (`prepare_run_data`: one call, any format);
-3. with `training.budget`, the model's shape and steps chosen for it (sizing.py);
-4. the model: new, the base's weights, or a resumed run's architecture (the checkpoint brings the
-   weights), fitted to the tokenizer;
-5. the Trainer (`build_trainer`: trainer.py's `MiniGPTTrainer` with callbacks.py's callbacks);
-6. training, then the final evaluation, the final model and summary.json. What reads the run folder
-   afterwards (loss.png, run.html) is the reporting stage's.
-
-Trainer owns the optimizer, the schedule, clipping, gradient accumulation (loss = mean over all
-tokens of the accumulated window, through `num_items_in_batch`), precision and checkpoints
-(checkpoints.py marks them complete); Accelerate owns devices and processes.
+"""`train`: one training run from a RunConfig, from raw corpus to `<output_dir>/final/`: where it starts
+(start.py), the tokenizer and data, the plan for `training.budget` (sizing.py), the model, the Trainer
+(trainer.py, callbacks.py), then the final evaluation, model and summary.json. Trainer owns the
+optimizer, schedule, clipping, accumulation, precision and checkpoints; Accelerate the devices.
 """
 
 from __future__ import annotations
@@ -118,15 +106,11 @@ def train(
     load_base: Callable[[RunConfig], BaseStart] | None = None,
     sources: Sources | None = None,
 ) -> TrainingResult:
-    """Train a model end to end as the run config says; returns what it produced.
+    """Train a model end to end as the run config says (docs/training.md); returns what it produced.
 
-    `callbacks` are extra `TrainerCallback`s (a UI reads `logs` in `on_log`). To stop from another
-    thread, pass a `StopController` and call its `request_stop()`: the run saves a checkpoint at
-    the next step and returns with `stopped=True`; SIGINT/SIGTERM do the same in the main thread.
-    `resume=True` continues from the newest complete checkpoint in output_dir. `load_base` loads
-    `model.init_from` for a new run (minigpt.hub.base_model.load_base); `sources` are the data files as
-    the caller found them (`find_sources(run.data)`), found here otherwise. The thread count the run
-    sets is as it was again when it returns.
+    `callbacks` are extra `TrainerCallback`s; a `StopController`'s `request_stop()` saves a checkpoint
+    at the next step and returns with `stopped=True`. `load_base` loads `model.init_from` for a new run
+    (minigpt.hub.base_model.load_base); `sources` are the data files as the caller found them.
     """
     started = time.perf_counter()
     stop_controller = stop_controller or StopController()
@@ -192,9 +176,7 @@ def _tokenizer_and_data(start: RunStart, args: TrainingArguments) -> tuple[PreTr
 
 def _size_for_budget(run: RunConfig, tokenizer: PreTrainedTokenizerBase, data: RunData, args: TrainingArguments) -> Plan:
     """Choose the model and steps for training.budget on this corpus, set them on the run, say them.
-
-    Every process measures (the machine as loaded as it will train); the main one's plan is taken.
-    """
+    Every process measures (the machine as loaded as it will train); the main one's plan is taken."""
 
     def config_for(layers: int, width: int) -> MiniGPTConfig:
         shape = dataclasses.replace(run.model, num_hidden_layers=layers, hidden_size=width, num_attention_heads=width // HEAD_SIZE)
@@ -426,10 +408,8 @@ def save_final_model(
     final_dir: Path,
     state_dict: dict[str, torch.Tensor] | None = None,
 ) -> Path:
-    """Model, tokenizer and resolved config to `final_dir`, which appears whole or not at all.
-
-    `state_dict` is the full (gathered) one when the model is sharded; None saves the model's own.
-    """
+    """Model, tokenizer and resolved config to `final_dir`, which appears whole or not at all;
+    `state_dict` is the full (gathered) one when the model is sharded, None saves the model's own."""
     model = trainer.accelerator.unwrap_model(trainer.model)  # no DDP wrapper, no compiled module
     model.config.use_cache = True  # Trainer turned the KV cache off for training; generation wants it
     state_dict = without_tied_copies(model, state_dict)  # a gathered one holds a tied weight twice

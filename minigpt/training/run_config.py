@@ -292,17 +292,13 @@ def _check_section(name: str, source: str = "") -> None:
 def _check_keys(section: str, keys: Iterable[Any], source: str = "") -> None:
     known = section_types(SECTIONS[section])
     for key in map(str, keys):
-        if key not in known:
-            _raise_unknown_key(section, key, source)
-
-
-def _raise_unknown_key(section: str, key: str, source: str = "") -> typing.NoReturn:
-    if section == "model" and key in MANAGED_MODEL_FIELDS:
-        raise ConfigError(f"model.{key} cannot be set{source}: {MANAGED_MODEL_FIELDS[key]}")
-    # A key that exists in another section is the likeliest mistake: name its real home.
-    homes = [name for name, cls in SECTIONS.items() if name != section and key in section_types(cls)]
-    if homes:
-        raise ConfigError(f"unknown key {section}.{key}{source}; it belongs in {homes[0]}.{key}")
-    candidates = [f"{section}.{k}" for k in section_types(SECTIONS[section])]
-    raise ConfigError(f"unknown key {section}.{key}{source}{suggest(f'{section}.{key}', candidates)}")
-
+        if key in known:
+            continue
+        if section == "model" and key in MANAGED_MODEL_FIELDS:
+            raise ConfigError(f"model.{key} cannot be set{source}: {MANAGED_MODEL_FIELDS[key]}")
+        # A key that exists in another section is the likeliest mistake: name its real home.
+        homes = [name for name, cls in SECTIONS.items() if name != section and key in section_types(cls)]
+        if homes:
+            raise ConfigError(f"unknown key {section}.{key}{source}; it belongs in {homes[0]}.{key}")
+        candidates = [f"{section}.{k}" for k in known]
+        raise ConfigError(f"unknown key {section}.{key}{source}{suggest(f'{section}.{key}', candidates)}")

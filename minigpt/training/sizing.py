@@ -1,11 +1,7 @@
-"""`training.budget` ("30m", "2h", "900s" on this machine; "3e13 flops"): a run sized for its corpus.
-
-  shape    from `SHAPES`, the one whose effective tokens per matmul parameter (repeats counted less,
-           Muennighoff et al. 2023) is nearest the fitted ratio (`TokensPerParameterRule`)
-  steps    the budget's FLOPs over a step's, or the seconds left over the measured step time
-  lr       `REFERENCE_LR` scaled ~ 1/width (muP, Yang et al. 2022); warmup 5% of the steps
-  dropout  0.1 once the plan repeats the corpus; max_time: a wall-clock budget's seconds left
-The choice is written into resolved_config.yaml as plain values (`training.budget` null).
+"""`training.budget` ("30m", "2h", "900s" on this machine; "3e13 flops"): a run sized for its corpus
+(docs/training.md). The shape from `SHAPES` whose effective tokens per matmul parameter (repeats counted
+less, Muennighoff et al. 2023) is nearest the fitted ratio; lr ~ 1/width around the default run's (muP,
+Yang et al. 2022).
 """
 
 from __future__ import annotations
@@ -56,14 +52,14 @@ class Budget:
         return f"{self.flops:.3g} FLOPs" if self.flops is not None else f"{self.seconds:g} s"
 
 
-def parse_budget(text: str | float | int, key: str = "training.budget") -> Budget:
-    """ "30m" / "2h" / "900s" / "900" (seconds) / "3e13 flops" -> Budget; ConfigError naming `key`."""
+def parse_budget(text: str | float | int) -> Budget:
+    """ "30m" / "2h" / "900s" / "900" (seconds) / "3e13 flops" -> Budget; ConfigError naming training.budget."""
     match = BUDGET_PATTERN.match(str(text))
     if not match:
-        raise ConfigError(f"{key}: {text!r} is not a budget: write seconds, minutes or hours (900s, 30m, 2h) or FLOPs (3e13 flops)")
+        raise ConfigError(f"training.budget: {text!r} is not a budget: write seconds, minutes or hours (900s, 30m, 2h) or FLOPs (3e13 flops)")
     value, unit = float(match.group(1)), (match.group(2) or "s").lower()
     if value <= 0:
-        raise ConfigError(f"{key}: the budget must be positive, got {text!r}")
+        raise ConfigError(f"training.budget: the budget must be positive, got {text!r}")
     return Budget(flops=value) if unit == "flops" else Budget(seconds=value * UNIT_SECONDS[unit])
 
 
@@ -249,7 +245,7 @@ def apply_settings(run, values: dict[str, dict[str, Any]]) -> None:
 
 def size_run(
     run, config_for: Callable[[int, int], Any], corpus_tokens: int, tokens_per_step: int, accumulation: int, dtype,
-    rule: TokensPerParameterRule = FITTED_RULE, device: str | Any = "cpu", eval_tokens: int = 0,
+    device: str | Any = "cpu", eval_tokens: int = 0,
 ) -> Plan:
     """The plan for `run.training.budget`; `config_for(layers, width)` is the run's model config at a
     shape. A wall-clock budget measures step times on `device`, the likeliest shapes first, within
@@ -286,7 +282,7 @@ def size_run(
                 rate = c.flops_per_token * tokens_per_step / c.step_seconds
                 for other in candidates:
                     other.steps = int(budget.seconds / (other.flops_per_token * tokens_per_step / rate))
-                    other.distance = rule.distance(other.parameters, other.steps * tokens_per_step, corpus_tokens)
+                    other.distance = FITTED_RULE.distance(other.parameters, other.steps * tokens_per_step, corpus_tokens)
                 order = sorted((o for o in candidates if o is not reference), key=lambda o: o.distance)
             if sum(o.step_seconds is not None for o in candidates) > MOST_MEASURED:
                 break
@@ -296,7 +292,7 @@ def size_run(
         for c in candidates:
             c.steps, c.distance = 0, math.inf  # estimates only ordered them: plan on measured ones
         seconds_left = (budget.seconds - (time.perf_counter() - started)) * (1 - OVERHEAD_SHARE)
-    plan = plan_run(budget, candidates, tokens_per_step, corpus_tokens, rule, seconds_left, run.training.eval_steps)
+    plan = plan_run(budget, candidates, tokens_per_step, corpus_tokens, FITTED_RULE, seconds_left, run.training.eval_steps)
     plan.choosing_seconds = time.perf_counter() - started
     if budget.seconds is not None:  # the budget holds, whatever the steps turn out to cost
         plan.max_time = min(budget.seconds - plan.choosing_seconds, run.training.max_time or math.inf)

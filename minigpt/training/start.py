@@ -1,13 +1,6 @@
-"""Where a run starts: new, resumed from its newest complete checkpoint, or from a base model; and
-the checks that can refuse it, all before anything is written.
-
-A run owns its output folder: a fresh start where another run's checkpoints or `final/` are would
-mix the two, so it is refused unless `training.overwrite_output_dir` (which removes only what a run
-writes); `--resume` of a run already at its end is refused, or, when it was stopped while saving its
-final model, finishes it without training a step. Several machines must share the folder.
-
-A base model (`model.init_from`) is loaded by the caller's `load_base` (minigpt.hub.base_model):
-this stage knows the shape of what it gets (`BaseStart`), not where models live.
+"""Where a run starts: new, resumed from its newest complete checkpoint, or from a base model loaded by
+the caller's `load_base` (minigpt.hub.base_model: this stage knows `BaseStart`, not where models live);
+and the checks that can refuse it (docs/training.md, "Checkpoints"), all before anything is written.
 """
 
 from __future__ import annotations
@@ -24,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
-import yaml
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..data.sources import Sources, find_sources
@@ -33,13 +25,13 @@ from ..errors import ConfigError
 from ..run_layout import (
     CHECKPOINT_PREFIX,
     FINAL_DIR,
-    RESOLVED_CONFIG_NAME,
     RUN_FILES,
     SET_ASIDE_PREFIX,
     STAGING_PREFIX,
     SUMMARY_FILE,
     checkpoint_step,
     list_checkpoints,
+    read_run_config,
 )
 from .checkpoints import check_resume_compatible, find_resume_checkpoint
 from .settings import ModelSettings, RunConfig
@@ -101,7 +93,7 @@ def choose_start(
         start.run = start.base.run
     if start.checkpoint is not None and start.run.training.budget is not None:
         # resumed: the plan the run chose at its start, not a new one from today's step times
-        apply_settings(start.run, _saved_config(start.checkpoint))
+        apply_settings(start.run, read_run_config(start.checkpoint))
         start.plan_adopted = True
     run = start.run
     if start.checkpoint is not None:
@@ -114,16 +106,11 @@ def choose_start(
     return start
 
 
-def _saved_config(checkpoint_dir: str | Path) -> dict[str, Any]:
-    saved_file = Path(checkpoint_dir) / RESOLVED_CONFIG_NAME
-    return (yaml.safe_load(saved_file.read_text(encoding="utf-8")) or {}) if saved_file.is_file() else {}
-
-
 def adopt_saved_settings(run: RunConfig, checkpoint_dir: str | Path) -> RunConfig:
     """For `--resume` of a run started from a base: the `model:` keys and `tokenizer.path` the config
     does not write come from the checkpoint's resolved config (what the start adopted from the base),
     so the resume comparison sees only what the config changed. The base is not read."""
-    saved = _saved_config(checkpoint_dir)
+    saved = read_run_config(checkpoint_dir)
     if not saved:
         return run
     saved_model = saved.get("model") or {}
@@ -172,12 +159,9 @@ def claim_output_dir(output_dir: str | os.PathLike, overwrite: bool, resume_comm
 
 
 def check_resume_target(checkpoint: str | os.PathLike, max_steps: int) -> bool:
-    """Whether `--resume` from `checkpoint` only has the end to finish (True) or steps to train.
-
-    At training.max_steps with no final model saved at that step (summary.json, written after
-    final/, says the step and whether the run was stopped), the run is finished: evaluated and
-    saved, no step trained. One already finished is refused: a step past the end would be too many.
-    """
+    """Whether `--resume` from `checkpoint` only has the end to finish (True: at training.max_steps
+    with no final model saved at that step, as summary.json says) or steps to train. One already
+    finished is refused: a step past the end would be too many."""
     step = checkpoint_step(checkpoint)
     if step is None or step < max_steps:
         return False
@@ -198,10 +182,8 @@ def check_resume_target(checkpoint: str | os.PathLike, max_steps: int) -> bool:
 
 def check_shared_output_dir(output_dir: str | os.PathLike) -> None:
     """On several machines, raise `ConfigError` on every process unless all see `output_dir` as one
-    folder: a checkpoint gathers every process's RNG state there and every process resumes from it.
-
-    The main process leaves a marker file (removed again) and the others look for it.
-    """
+    folder (a checkpoint gathers every process's RNG state there): the main process leaves a marker
+    file (removed again) and the others look for it."""
     if not (dist.is_available() and dist.is_initialized()):
         return
     world = dist.get_world_size()
