@@ -19,10 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from minigpt.atomic import atomic_write_file
-from minigpt.data.raw_corpus import load_raw_corpus
-from minigpt.data.settings import DataSettings
-from minigpt.data.sources import find_sources
-from minigpt.data.text_rows import iter_texts
 from minigpt.errors import DataError, run_cli
 
 MAX_TURNS = 4  # two short exchanges fit the default run's 128-token context
@@ -84,6 +80,11 @@ def conversation(run: list[Speech]) -> dict:
 
 def validation_start(corpus: Path, fraction: float, split: str) -> int:
     """Character offset where the base run's validation text starts, by the data stage's split code."""
+    from minigpt.data.raw_corpus import load_raw_corpus  # datasets: after the arguments are parsed
+    from minigpt.data.settings import DataSettings
+    from minigpt.data.sources import find_sources
+    from minigpt.data.text_rows import iter_texts
+
     with tempfile.TemporaryDirectory() as cache:  # the split's Arrow copy: not worth keeping
         settings = DataSettings(
             train_files=[str(corpus)],

@@ -23,7 +23,7 @@ from pathlib import Path
 from minigpt.errors import run_cli
 from minigpt.export.targets import GGUF_DTYPES
 
-PUBLISH_FORMS = ("auto", "stock", "minigpt")  # as minigpt.hub.publishing, imported after parsing
+PUBLISH_FORMS = ("auto", "stock", "minigpt")  # what minigpt.hub.publishing.collect_files takes
 
 
 def parse_args() -> argparse.Namespace:
