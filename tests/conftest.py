@@ -201,6 +201,7 @@ def load_script(name: str) -> types.ModuleType:
     """scripts/<name>.py as a module, to call its functions (or `main` under `run_cli`) in-process."""
     spec = importlib.util.spec_from_file_location(f"script_{name}", REPO_ROOT / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
