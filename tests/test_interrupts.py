@@ -246,3 +246,32 @@ def test_ctrl_c_while_saving_the_final_model_then_resume_finishes_the_run(tmp_pa
         env=terminal_env, cwd=tmp_path, capture_output=True, text=True, timeout=300,
     )
     assert again.returncode == 2 and "nothing to resume" in again.stderr
+
+
+def test_an_evaluation_a_stop_cuts_before_its_first_batch_is_no_best_and_no_record(tmp_path):
+    """A stop asked just before an evaluation leaves it no batch: Trainer would then look for the
+    best-model metric among metrics that lack it (a KeyError seen in the app). The cut evaluation's
+    metric is NaN (never the best) and nothing is logged."""
+    import math
+
+    import torch
+    from transformers import TrainingArguments, default_data_collator
+
+    from minigpt import MiniGPTConfig, MiniGPTForCausalLM
+    from minigpt.training.interrupt import StopController
+    from minigpt.training.trainer import MiniGPTTrainer
+
+    blocks = [{"input_ids": torch.arange(8), "labels": torch.arange(8)} for _ in range(4)]
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none", metric_for_best_model="loss",
+                             per_device_eval_batch_size=2, disable_tqdm=True)
+    model = MiniGPTForCausalLM(MiniGPTConfig(vocab_size=16, hidden_size=16, num_hidden_layers=1,
+                                             num_attention_heads=2, max_position_embeddings=8))
+    controller = StopController()
+    trainer = MiniGPTTrainer(model=model, args=args, eval_dataset=blocks, data_collator=default_data_collator,
+                             stop_controller=controller)
+    assert "eval_loss" in trainer.evaluate()  # not stopped: the whole split
+    records = len(trainer.state.log_history)
+    controller.request_stop("test")
+    metrics = trainer.evaluate()
+    assert math.isnan(metrics["eval_loss"]) and not trainer.evaluation_cut
+    assert len(trainer.state.log_history) == records  # the cut evaluation is not recorded

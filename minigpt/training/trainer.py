@@ -192,10 +192,20 @@ class MiniGPTTrainer(Trainer):
         loader = super().get_eval_dataloader(eval_dataset)
         return loader if self.stop_controller is None or self.args.world_size > 1 else StoppableLoader(loader, self)
 
+    def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
+        """Trainer's; an evaluation a stop cut short is not logged and never ranks as the best (its
+        metric is NaN: it may have read no batch at all, and a part of the rows is not the split)."""
+        metrics = super().evaluate(*args, **kwargs)
+        if self.evaluation_cut:
+            self.evaluation_cut = False
+            if self.args.metric_for_best_model:
+                name = self.args.metric_for_best_model
+                metrics[name if name.startswith("eval_") else f"eval_{name}"] = float("nan")
+        return metrics
+
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """Add tokens/s, MFU and tokens seen to training records; perplexity and blocks read to eval ones."""
         if self.evaluation_cut and any(key.startswith("eval_") for key in logs):  # a part of the rows
-            self.evaluation_cut = False
             return
         if "loss" in logs and self.throughput is not None:
             logs.update(self.throughput.take_window())
