@@ -221,7 +221,7 @@ def prepare_chat_corpus(sources: Sources, tokenizer: PreTrainedTokenizerFast) ->
             text_bytes = len(tokenizer.decode(scored, skip_special_tokens=True).encode("utf-8"))
             tokens, dropped = sum(len(e.input_ids) for e in encoded), sum(e.dropped_tokens for e in encoded)
             stats[name] = SplitStats(len(conversations), text_bytes, tokens, len(encoded), dropped)
-        write_meta(staging, tokenizer, settings.block_size, stats)
+        write_meta(staging, tokenizer, tokenizer_id, settings.block_size, stats)
     corpus = load_prepared(target)
     corpus.reused = False
     return corpus

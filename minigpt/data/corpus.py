@@ -103,7 +103,7 @@ def prepare_corpus(
     else:
         print(f"preparing blocks in {target}")
         with datasets_progress_bars(settings.show_progress), atomic_output_dir(target) as staging:
-            _prepare_into(staging, sources, tokenizer)
+            _prepare_into(staging, sources, tokenizer, tokenizer_id)
     corpus = load_prepared(target)
     corpus.reused = reused
     corpus.report = read_report(target, settings) or _report_again(target, sources, corpus)
@@ -149,20 +149,23 @@ def _forking() -> Iterator[None]:
             os.environ["TOKENIZERS_PARALLELISM"] = saved
 
 
-def write_meta(folder: Path, tokenizer: PreTrainedTokenizerFast, block_size: int, stats: dict, **more: object) -> None:
-    """`META_FILE` of prepared rows: what `load_prepared` and `check_compatible` read, and `more`."""
+def write_meta(
+    folder: Path, tokenizer: PreTrainedTokenizerFast, tokenizer_id: str, block_size: int, stats: dict, **more: object
+) -> None:
+    """`META_FILE` of prepared rows: what `load_prepared` and `check_compatible` read, and `more`;
+    `tokenizer_id` is the `tokenizer_fingerprint` the caller keyed the rows by."""
     meta = {
         "block_size": block_size,
         "vocab_size": len(tokenizer),
         "eos_token_id": tokenizer.eos_token_id,
-        "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer),
+        "tokenizer_fingerprint": tokenizer_id,
         "stats": {name: asdict(s) for name, s in stats.items()},
         **more,
     }
     (folder / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
 
 
-def _prepare_into(staging: Path, sources: Sources, tokenizer: PreTrainedTokenizerFast) -> None:
+def _prepare_into(staging: Path, sources: Sources, tokenizer: PreTrainedTokenizerFast, tokenizer_id: str) -> None:
     """Tokenize and pack both splits into `staging`, with their report and `META_FILE`."""
     settings = sources.settings
     raw = load_raw_corpus(sources)
@@ -204,7 +207,7 @@ def _prepare_into(staging: Path, sources: Sources, tokenizer: PreTrainedTokenize
     files = sources.train.paths + (sources.validation.paths if sources.validation else [])
     # the sources by count and first name: a list of every file would grow with the corpus
     more = dict(format=sources.train.format, source_files=len(files), first_source=str(files[0]))
-    write_meta(staging, tokenizer, settings.block_size, stats, settings=asdict(settings), **more)
+    write_meta(staging, tokenizer, tokenizer_id, settings.block_size, stats, settings=asdict(settings), **more)
 
 
 def load_prepared(folder: str | Path) -> PreparedCorpus:

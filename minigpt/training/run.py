@@ -288,7 +288,7 @@ def _announce(
 ) -> None:
     """The resolved config (and plan) written to the run's folder, and the run's opening lines: model,
     data, batch and steps, device, memory, MFU's peak, the corpus report with this run's plan."""
-    run, h = start.run, resolve_hardware(start.run.hardware)
+    run, h = start.run, start.run.hardware  # precision, attention and compile as in effect: args, the model
     output_dir = Path(run.training.output_dir)
     # Only now that the run can start: a start refused for its data or settings leaves no run file.
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -306,8 +306,8 @@ def _announce(
         f"effective batch: {h.per_device_train_batch_size} per device x {h.gradient_accumulation_steps} "
         f"accumulation x {args.world_size} process(es) = {batch} sequences = {batch * block:,} tokens per step; "
         f"{steps:,} steps = {steps * batch * block / 1e6:.2f}M tokens",
-        f"device: {args.device} | {'bf16' if h.bf16 else 'fp16' if h.fp16 else 'fp32'} | attention "
-        f"{h.attn_implementation} | compile {'on' if h.torch_compile else 'off'} | threads {torch.get_num_threads()}"
+        f"device: {args.device} | {'bf16' if args.bf16 else 'fp16' if args.fp16 else 'fp32'} | attention "
+        f"{model.config._attn_implementation} | compile {'on' if args.torch_compile else 'off'} | threads {torch.get_num_threads()}"
         f"{f', OMP_WAIT_POLICY={policy}' if policy else ''} -> {run.training.output_dir}",
     ]
     if getattr(model.config, "model_type", None) == MiniGPTConfig.model_type:  # remote-code copies too
