@@ -43,6 +43,7 @@ GENERATE_MESSAGE = "#generate-message [data-testid=markdown]"
 CHAT_MESSAGE = "#chat-message [data-testid=markdown]"
 CHAT_USER = "#chat-history [data-testid=user]"  # the conversation's messages, by role
 CHAT_BOT = "#chat-history [data-testid=bot]"
+LONG_REPLY = 4000  # tokens: the chat replies that Stop and Reset cut short
 FILL_TRIES, FILL_SETTLE_MS = 5, 300  # a lost fill was undone within 10 ms of typing
 UI_TIMEOUT_MS = 60_000  # the longest a page waits for the run (2 busy cores, shared with other tests)
 
@@ -499,15 +500,16 @@ def test_chat_tab_streams_a_reply_stops_continues_and_resets(page, workdir):
     from minigpt.generation import SamplingSettings
 
     tokenizer = build_chat_tokenizer()
-    model = never_ending_model(
-        tokenizer, max_position_embeddings=1024
-    )  # replies of seconds: Stop lands midway
+    # Replies of seconds even on a fast machine (4000 tokens: about 8 s on one Xeon core), so that
+    # Stop and Reset land midway however late the page shows the reply (960 tokens, about 1 s,
+    # ended before a Stop under CI's load once).
+    model = never_ending_model(tokenizer, max_position_embeddings=LONG_REPLY + 96)
     folder = save_model(workdir / "chat-model", model, tokenizer)
     page.get_by_role("tab", name="Chat").click()
     fill_until_kept(page, "#chat-model input", str(folder), commit="Enter")  # in the tab just drawn
     page.get_by_text("Sampling").click()
     fill_until_kept(page, "#chat-temperature input", "0")  # in the accordion just drawn
-    fill_until_kept(page, "#chat-max-new-tokens input", "960")
+    fill_until_kept(page, "#chat-max-new-tokens input", str(LONG_REPLY))
     page.fill("#chat-system textarea", "You are Juliet.")
     page.fill("#chat-input textarea", "Good morrow")
     expect(page.locator("#chat-temperature input")).to_have_value("0")  # greedy: the reply is checked below
@@ -523,7 +525,7 @@ def test_chat_tab_streams_a_reply_stops_continues_and_resets(page, workdir):
     page.click("#chat-stop")
     expect(page.locator(CHAT_MESSAGE)).to_contain_text("stopped: ")
     written = int(re.search(r"stopped: (\d+) tokens", page.inner_text(CHAT_MESSAGE)).group(1))
-    assert 0 < written < 960
+    assert 0 < written < LONG_REPLY
     session = ChatSession(
         model, tokenizer, SamplingSettings(max_new_tokens=written, temperature=0.0), "You are Juliet."
     )
@@ -544,7 +546,7 @@ def test_chat_tab_streams_a_reply_stops_continues_and_resets(page, workdir):
     expect(page.locator("#chat-input textarea")).to_have_value("")
 
     # Reset during a reply stops it and clears the conversation, which the reply's end leaves cleared.
-    page.fill("#chat-max-new-tokens input", "960")
+    page.fill("#chat-max-new-tokens input", str(LONG_REPLY))
     page.fill("#chat-input textarea", "Once more")
     page.click("#chat-send")
     expect(page.locator(CHAT_USER)).to_have_count(3)
