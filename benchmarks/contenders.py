@@ -19,7 +19,7 @@ from minigpt.data.corpus import PreparedCorpus, prepare_corpus
 from minigpt.data.sources import find_sources
 from minigpt.data.tokenizer import load_or_train_tokenizer
 from minigpt.pipeline import run_training
-from minigpt.training.hardware import training_dtype
+from minigpt.training.hardware import resolve_hardware, training_dtype
 from minigpt.training.run import build_model_config, new_model
 from minigpt.training.settings import RunConfig
 
@@ -78,7 +78,8 @@ def plain_loop(run: RunConfig) -> Train:
 
     def train(steps: int) -> None:
         torch.manual_seed(t.seed)
-        model = new_model(build_model_config(run.model, tokenizer), run).train()
+        attention = resolve_hardware(run.hardware).attn_implementation
+        model = new_model(build_model_config(run.model, tokenizer), t.seed, attention).train()
         embeddings = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
         params = list(model.parameters())
         decay = [p for p in params if p.dim() >= 2 and id(p) not in embeddings]

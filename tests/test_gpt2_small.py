@@ -23,6 +23,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from benchmarks.gpt2_small_speed import GPT2_SMALL, exact_size_tokenizer, gpt2_small_overrides, small_text
 from minigpt import MiniGPTConfig, MiniGPTForCausalLM
+from minigpt.training.hardware import resolve_hardware
 from minigpt.training.memory_estimate import estimate_run_memory, parameter_count, size
 from minigpt.training.run_config import load_run_config
 
@@ -60,7 +61,7 @@ def test_the_config_is_gpt2_small_with_124m_parameters_built_on_the_meta_device(
 def estimate(overrides: list[str] = ()):
     """The memory a run of the config (with `overrides`) would print on a GPU, and the run config."""
     run, config = gpt2_small_config(overrides)
-    return estimate_run_memory(run, config, "cuda"), run
+    return estimate_run_memory(resolve_hardware(run.hardware), run.data.block_size, config, "cuda"), run
 
 
 def test_both_batch_layouts_fit_their_gpu_with_room_and_train_the_same_batch():

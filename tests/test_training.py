@@ -21,6 +21,7 @@ from minigpt.errors import ConfigError
 from minigpt.pipeline import run_training
 from minigpt.training.callbacks import MetricsFileCallback, format_log_line
 from minigpt.training.flops import ThroughputMeter, flops_per_token, matmul_parameter_count
+from minigpt.training.hardware import resolve_hardware, training_dtype
 from minigpt.training.interrupt import StopController
 from minigpt.training.run import build_model_config, new_model
 from minigpt.training.run_config import load_run_config
@@ -214,8 +215,10 @@ def tiny_trainer(tmp_path, tokenizer_dir, *overrides):
     sources = find_sources(run.data)
     tokenizer = load_or_train_tokenizer(run.tokenizer, sources)
     data = prepare_run_data(sources, tokenizer, seed=run.training.seed, eval_tokens=run.training.eval_tokens)
-    model = new_model(build_model_config(run.model, tokenizer), run)
-    return build_trainer(run, training_arguments(run), model, tokenizer, data)
+    hardware = resolve_hardware(run.hardware)
+    model = new_model(build_model_config(run.model, tokenizer), run.training.seed, hardware.attn_implementation)
+    args = training_arguments(run, hardware)
+    return build_trainer(run, args, model, tokenizer, data, dtype=training_dtype(hardware))
 
 
 def decayed_parameter_names(trainer) -> set[str]:
@@ -432,13 +435,13 @@ def test_samples_leave_the_training_rng_and_mode_and_repeat_by_seed(tmp_path, to
 def test_gpu_config_says_clearly_when_the_machine_has_no_gpu():
     run = load_run_config(REPO / "configs" / "gpu.yaml")
     if torch.cuda.is_available():
-        args = training_arguments(run)
+        args = training_arguments(run, resolve_hardware(run.hardware))
         assert args.bf16 and args.torch_compile
     else:
         with pytest.raises(
             ConfigError, match=r"hardware settings do not fit this machine: .*hardware.profile=cpu"
         ):
-            training_arguments(run)
+            training_arguments(run, resolve_hardware(run.hardware))
 
 
 def test_max_time_ends_the_run_with_its_model_and_says_when_the_warmup_does_not_fit(

@@ -11,8 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..model.configuration_minigpt import MiniGPTConfig
-from .hardware import resolve_hardware
-from .settings import RunConfig
+from .settings import HardwareSettings
 
 FP32 = 4  # bytes: master weights, gradients, optimizer moments, the residual stream, the loss
 INDEX = 8  # bytes: an int64 token id or label
@@ -197,13 +196,13 @@ def estimate_training_memory(
     )
 
 
-def estimate_run_memory(run: RunConfig, config: MiniGPTConfig, device_type: str) -> MemoryEstimate:
-    """`estimate_training_memory` for a run's settings on `device_type` (torch's), per process."""
-    h = resolve_hardware(run.hardware)
+def estimate_run_memory(h: HardwareSettings, block_size: int, config: MiniGPTConfig, device_type: str) -> MemoryEstimate:
+    """`estimate_training_memory` for a run's hardware section (`resolve_hardware`d: no "auto" left)
+    and blocks on `device_type` (torch's), per process."""
     return estimate_training_memory(
         config,
         batch_size=h.per_device_train_batch_size,
-        block_size=run.data.block_size,
+        block_size=block_size,
         precision="bf16" if h.bf16 else "fp16" if h.fp16 else "fp32",
         attention=h.attn_implementation,
         device="cpu" if device_type == "cpu" else "cuda",

@@ -54,7 +54,7 @@ from .flops import matmul_parameter_count
 from .hardware import cpu_run_settings, resolve_hardware, training_dtype
 from .interrupt import StopController
 from .memory_estimate import estimate_run_memory
-from .settings import ModelSettings, RunConfig, TrainingSettings, effective_batch_size
+from .settings import HardwareSettings, ModelSettings, RunConfig, TrainingSettings, effective_batch_size
 from .sizing import FITTED_RULE, HEAD_SIZE, Plan, apply_settings, size_run
 from .start import BaseStart, RunStart, check_shared_output_dir, choose_start
 from .trainer import MiniGPTTrainer, build_trainer, own_class, training_arguments, without_tied_copies
@@ -115,20 +115,24 @@ def train(
     started = time.perf_counter()
     stop_controller = stop_controller or StopController()
     with cpu_run_settings(run.hardware):
-        args = training_arguments(run)  # also sets up the process group under `accelerate launch`
+        # The `auto` precision and attention decided once, for this machine (a start leaves the
+        # hardware section as configured); what follows reads these values.
+        hardware = resolve_hardware(run.hardware)
+        dtype = training_dtype(hardware)
+        args = training_arguments(run, hardware)  # also sets up the process group under `accelerate launch`
         check_shared_output_dir(run.training.output_dir)  # several machines: one folder for all of them
         start = choose_start(run, resume, main=args.should_save, load_base=load_base, sources=sources)
         run = start.run
         tokenizer, data = _tokenizer_and_data(start, args)
         if run.training.budget is not None:  # a new run sized for its corpus and budget
-            start.plan = _size_for_budget(run, tokenizer, data, args)
+            start.plan = _size_for_budget(run, tokenizer, data, args, dtype)
         if start.plan is not None or start.plan_adopted:
-            args = training_arguments(run)  # the plan's steps, warmup and learning rates
-        model = _model_to_train(start, tokenizer, data)
+            args = training_arguments(run, hardware)  # the plan's steps, warmup and learning rates
+        model = _model_to_train(start, tokenizer, data, hardware.attn_implementation)
         args.eval_on_start = start.base is not None  # step 0: a base on the new validation data
-        trainer = build_trainer(run, args, model, tokenizer, data, callbacks, stop_controller)
+        trainer = build_trainer(run, args, model, tokenizer, data, callbacks, stop_controller, dtype=dtype)
         if args.should_save:  # the one process that prints and writes run files
-            _announce(start, model, args, data, trainer)
+            _announce(start, model, args, data, trainer, hardware)
         with full_disk_is_one_line(run.training.output_dir, stop_controller.resume_hint):
             if start.finishing:
                 _restore_last_step(trainer, start.checkpoint)
@@ -174,7 +178,9 @@ def _tokenizer_and_data(start: RunStart, args: TrainingArguments) -> tuple[PreTr
     return tokenizer, data
 
 
-def _size_for_budget(run: RunConfig, tokenizer: PreTrainedTokenizerBase, data: RunData, args: TrainingArguments) -> Plan:
+def _size_for_budget(
+    run: RunConfig, tokenizer: PreTrainedTokenizerBase, data: RunData, args: TrainingArguments, dtype: torch.dtype
+) -> Plan:
     """Choose the model and steps for training.budget on this corpus, set them on the run, say them.
     Every process measures (the machine as loaded as it will train); the main one's plan is taken."""
 
@@ -188,7 +194,7 @@ def _size_for_budget(run: RunConfig, tokenizer: PreTrainedTokenizerBase, data: R
         corpus_tokens=data.corpus.train_stats.tokens,
         tokens_per_step=effective_batch_size(run.hardware, args.world_size) * run.data.block_size,
         accumulation=run.hardware.gradient_accumulation_steps,
-        dtype=training_dtype(run.hardware),
+        dtype=dtype,
         device=args.device,  # the step times of the device the run trains on
         eval_tokens=len(data.evaluation.blocks) * run.data.block_size,  # what each evaluation reads
     )
@@ -220,10 +226,10 @@ def build_model_config(model: ModelSettings, tokenizer: PreTrainedTokenizerBase)
         raise ConfigError(str(err).replace("MiniGPTConfig.", "model.")) from None
 
 
-def new_model(config: MiniGPTConfig, run: RunConfig) -> PreTrainedModel:
-    """A newly initialised model of `config` (weights from `training.seed`), with the run's attention."""
-    set_seed(run.training.seed)  # the model's initial weights depend only on the seed
-    attention = resolve_hardware(run.hardware).attn_implementation
+def new_model(config: MiniGPTConfig, seed: int, attention: str) -> PreTrainedModel:
+    """A newly initialised model of `config` (weights from `seed`, the run's `training.seed`) with the
+    attention kernel `attention` (resolved: never "auto")."""
+    set_seed(seed)  # the model's initial weights depend only on the seed
     return AutoModelForCausalLM.from_config(config, attn_implementation=attention)
 
 
@@ -249,9 +255,10 @@ def generation_defaults(
     )
 
 
-def _model_to_train(start: RunStart, tokenizer: PreTrainedTokenizerBase, data: RunData) -> PreTrainedModel:
+def _model_to_train(start: RunStart, tokenizer: PreTrainedTokenizerBase, data: RunData, attention: str) -> PreTrainedModel:
     """The base's weights, a resumed run's architecture (its weights come from the checkpoint), or a
-    new model; its embeddings fitted to the tokenizer, checked against the data."""
+    new model with the attention kernel `attention`; its embeddings fitted to the tokenizer, checked
+    against the data."""
     run = start.run
     if start.base is not None:
         model = start.base.model
@@ -259,12 +266,11 @@ def _model_to_train(start: RunStart, tokenizer: PreTrainedTokenizerBase, data: R
         if note and is_main_process():
             print(f"the base model: {note}", flush=True)
     elif start.checkpoint is not None and start.finishing:  # the run's last step: its weights, no training
-        attention = resolve_hardware(run.hardware).attn_implementation
         model = AutoModelForCausalLM.from_pretrained(start.checkpoint, attn_implementation=attention)
     elif run.model.init_from is not None:  # resuming: the checkpoint's architecture, its weights later
-        model = new_model(MiniGPTConfig.from_pretrained(start.checkpoint), run)
+        model = new_model(MiniGPTConfig.from_pretrained(start.checkpoint), run.training.seed, attention)
     else:
-        model = new_model(build_model_config(run.model, tokenizer), run)
+        model = new_model(build_model_config(run.model, tokenizer), run.training.seed, attention)
     model.generation_config = generation_defaults(model.config, run.training, data.stop_token_ids)
     # The tokenizer saved beside the model states its context, so `truncation=True` and pipelines
     # cut prompts to what the model takes.
@@ -284,7 +290,8 @@ def _model_to_train(start: RunStart, tokenizer: PreTrainedTokenizerBase, data: R
 
 
 def _announce(
-    start: RunStart, model: PreTrainedModel, args: TrainingArguments, data: RunData, trainer: MiniGPTTrainer
+    start: RunStart, model: PreTrainedModel, args: TrainingArguments, data: RunData, trainer: MiniGPTTrainer,
+    hardware: HardwareSettings,
 ) -> None:
     """The resolved config (and plan) written to the run's folder, and the run's opening lines: model,
     data, batch and steps, device, memory, MFU's peak, the corpus report with this run's plan."""
@@ -311,7 +318,7 @@ def _announce(
         f"{f', OMP_WAIT_POLICY={policy}' if policy else ''} -> {run.training.output_dir}",
     ]
     if getattr(model.config, "model_type", None) == MiniGPTConfig.model_type:  # remote-code copies too
-        lines.append(estimate_run_memory(run, model.config, args.device.type).describe())
+        lines.append(estimate_run_memory(hardware, run.data.block_size, model.config, args.device.type).describe())
     lines.append(f"MFU against {trainer.peak_flops.flops:.3g} FLOP/s per device ({trainer.peak_flops.source})")
     print("\n".join(lines), flush=True)
     if data.report is not None:  # the corpus, and the epochs and tokens per parameter this plan makes of it

@@ -49,9 +49,9 @@ from .callbacks import (
 )
 from .checkpoints import CompleteCheckpointCallback
 from .flops import ThroughputMeter, flops_per_token, resolve_peak_flops
-from .hardware import resolve_hardware, tf32_matmuls, training_dtype
+from .hardware import tf32_matmuls
 from .interrupt import StopController
-from .settings import RunConfig, TrainingSettings, effective_batch_size, require_choice
+from .settings import HardwareSettings, RunConfig, TrainingSettings, effective_batch_size, require_choice
 
 
 def shard_on_cpu(accelerator: Accelerator) -> bool:
@@ -91,10 +91,11 @@ def without_tied_copies(model: nn.Module, state_dict: dict | None) -> dict | Non
     return None if state_dict is None else {name: tensor for name, tensor in state_dict.items() if name not in tied}
 
 
-def training_arguments(run: RunConfig) -> TrainingArguments:
-    """TrainingArguments from the Trainer keys of the `training` and `hardware` sections and those
-    MiniGPT sets itself (`save_total_limit` is `CompleteCheckpointCallback`'s)."""
-    t, h = run.training, resolve_hardware(run.hardware)
+def training_arguments(run: RunConfig, hardware: HardwareSettings) -> TrainingArguments:
+    """TrainingArguments from the Trainer keys of the `training` section and of `hardware` (the run's,
+    `resolve_hardware`d: no "auto" left) and those MiniGPT sets itself (`save_total_limit` is
+    `CompleteCheckpointCallback`'s)."""
+    t, h = run.training, hardware
     kwargs = {key: getattr(section, key) for section in (t, h) for key in section.to_dict() if key in section.trainer_keys()}
     kwargs["save_total_limit"] = None
     # Trainer refuses load_best_model_at_end unless every save is at an evaluation: then it is off
@@ -246,15 +247,16 @@ class StoppableLoader:
 
 def build_trainer(
     run: RunConfig, args: TrainingArguments, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, data: RunData,
-    callbacks: Sequence[TrainerCallback] = (), stop_controller: StopController | None = None,
+    callbacks: Sequence[TrainerCallback] = (), stop_controller: StopController | None = None, *, dtype: torch.dtype,
 ) -> MiniGPTTrainer:
     """The run's Trainer with MiniGPT's callbacks: step timer and throughput, metrics.jsonl, samples,
-    epochs, stops, complete checkpoints, log lines."""
+    epochs, stops, complete checkpoints, log lines. `dtype`: what the matmuls run in (`training_dtype`),
+    whose peak FLOP/s MFU divides by."""
     t, output_dir = run.training, Path(run.training.output_dir)
     stop_controller = stop_controller or StopController()
     with args.main_process_first(desc="peak FLOP/s"):  # one process measures, the others read the cache
         peak = resolve_peak_flops(
-            run.hardware.peak_flops, args.device, training_dtype(run.hardware), tf32=tf32_matmuls(run.hardware)
+            run.hardware.peak_flops, args.device, dtype, tf32=tf32_matmuls(run.hardware)
         )
     block = run.data.block_size
     meter = ThroughputMeter(effective_batch_size(run.hardware, args.world_size), block,
