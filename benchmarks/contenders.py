@@ -58,7 +58,7 @@ def load_blocks(run: RunConfig):
     """The run's tokenizer and prepared corpus (trained and prepared on first use, then cached)."""
     sources = find_sources(run.data)
     tokenizer = load_or_train_tokenizer(run.tokenizer, sources)
-    corpus: PreparedCorpus = prepare_corpus(sources, tokenizer, max_position_embeddings=run.model.max_position_embeddings)
+    corpus: PreparedCorpus = prepare_corpus(sources, tokenizer)
     return tokenizer, corpus
 
 

@@ -39,10 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     from minigpt.data.corpus import check_compatible, prepare_corpus
     from minigpt.data.tokenizer import load_or_train_tokenizer
 
-    max_positions = run.model.max_position_embeddings
     tokenizer = load_or_train_tokenizer(run.tokenizer, sources)
-    corpus = prepare_corpus(sources, tokenizer, max_position_embeddings=max_positions)
-    check_compatible(tokenizer, len(tokenizer), max_position_embeddings=max_positions, corpus=corpus)
+    corpus = prepare_corpus(sources, tokenizer)  # the config has checked the blocks fit the model
+    check_compatible(tokenizer, len(tokenizer), max_position_embeddings=run.model.max_position_embeddings, corpus=corpus)
     print(corpus.describe())
     if corpus.report is not None:  # sizes, duplicates, validation copies of training (no plan: no run)
         print("\n".join(corpus.report.lines()))

@@ -16,7 +16,7 @@ from conftest import child_env, load_script
 from minigpt.data import corpus
 from minigpt.data.corpus import check_compatible, prepare_corpus
 from minigpt.data.raw_corpus import load_raw_corpus
-from minigpt.data.settings import DataSettings, TokenizerSettings, check_block_size
+from minigpt.data.settings import DataSettings, TokenizerSettings
 from minigpt.data.sources import find_sources
 from minigpt.data.text_rows import iter_texts
 from minigpt.data.tokenizer import train_tokenizer
@@ -316,13 +316,14 @@ def test_corpus_too_small_for_a_block_each(tmp_path, tokenizer):
     assert_nothing_prepared(tmp_path)
 
 
-def test_block_size_larger_than_model_positions(tmp_path, tokenizer):
-    with pytest.raises(ConfigError, match=r"block_size \(256\) exceeds .*max_position_embeddings \(128\)"):
-        check_block_size(256, 128)
-    src = write(tmp_path / "a.txt", TEXT[:5000])
-    with pytest.raises(ConfigError, match="exceeds"):
-        prepare_corpus(find_sources(settings_for(tmp_path, src, block_size=64)), tokenizer, max_position_embeddings=32)
-    assert_nothing_prepared(tmp_path)
+def test_block_size_larger_than_model_positions(tmp_path):
+    """Refused where the run config is read (check_fits_model), before any data is prepared; the
+    prepared blocks and a model are checked again where they meet (check_compatible, below)."""
+    from minigpt.training.run_config import load_run_config
+
+    overrides = [f"training.output_dir={tmp_path / 'run'}", "data.block_size=64", "model.max_position_embeddings=32"]
+    with pytest.raises(ConfigError, match=r"data.block_size \(64\) exceeds model.max_position_embeddings \(32\)"):
+        load_run_config(REPO / "configs" / "smoke.yaml", overrides)
 
 
 def test_impossible_settings_name_the_field(tmp_path):
@@ -357,7 +358,7 @@ def test_check_compatible(tmp_path, tokenizer):
     check_compatible(tokenizer, 512, allow_larger_vocab=True)
     with pytest.raises(ConfigError, match="eos_token_id is 5 but the tokenizer's is 0"):
         check_compatible(tokenizer, 400, eos_token_id=5)
-    with pytest.raises(ConfigError, match="max_position_embeddings"):
+    with pytest.raises(ConfigError, match=r"tokens long, more than the model's max_position_embeddings \(16\)"):
         check_compatible(tokenizer, 400, corpus=corpus, max_position_embeddings=16)
     other = train_tokenizer(
         TEXT[:30_000].splitlines(True),

@@ -30,7 +30,6 @@ from ..distributed import is_main_process
 from ..errors import ConfigError, DataError
 from .corpus_report import REPORT_FILE, CorpusReport, build_report, read_report
 from .raw_corpus import load_raw_corpus
-from .settings import check_block_size
 from .sources import Sources
 from .text_rows import PIECE_CHARS, RawSplit, arrow_batches
 from .tokenizer import tokenizer_fingerprint
@@ -85,13 +84,10 @@ class PreparedCorpus:
         return "\n".join(lines)
 
 
-def prepare_corpus(
-    sources: Sources, tokenizer: PreTrainedTokenizerFast, max_position_embeddings: int | None = None
-) -> PreparedCorpus:
-    """Packed, cached train/validation blocks of `sources` for `tokenizer`; no partial cache left on error."""
+def prepare_corpus(sources: Sources, tokenizer: PreTrainedTokenizerFast) -> PreparedCorpus:
+    """Packed, cached train/validation blocks of `sources` for `tokenizer`; no partial cache left on
+    error. (The run config has checked the blocks fit the model: `check_fits_model`.)"""
     settings = sources.settings
-    if max_position_embeddings is not None:
-        check_block_size(settings.block_size, max_position_embeddings)
     if tokenizer.eos_token_id is None:
         raise ConfigError("the tokenizer has no eos_token; documents cannot be separated")
     tokenizer_id = tokenizer_fingerprint(tokenizer)
@@ -252,8 +248,11 @@ def check_compatible(
             f"the prepared blocks in {corpus.cache_dir} use vocab {corpus.vocab_size} and eos id "
             f"{corpus.eos_token_id}, the tokenizer {size} and {tokenizer.eos_token_id}"
         )
-    if max_position_embeddings is not None:
-        check_block_size(corpus.block_size, max_position_embeddings)
+    if max_position_embeddings is not None and corpus.block_size > max_position_embeddings:  # no position beyond
+        raise ConfigError(
+            f"the prepared blocks in {corpus.cache_dir} are {corpus.block_size} tokens long, more than the model's "
+            f"max_position_embeddings ({max_position_embeddings})"
+        )
 
 
 # ---- tokenizing and packing ----------------------------------------------------------------------

@@ -19,7 +19,6 @@ from .chat_data import ChatCollator, prepare_chat_corpus
 from .chat_template import add_chat_tokens, stop_token_ids
 from .corpus import PreparedCorpus, prepare_corpus
 from .corpus_report import CorpusReport
-from .settings import check_block_size
 from .sources import Sources
 from .token_bytes import IGNORE_INDEX, token_byte_lengths
 
@@ -195,23 +194,21 @@ def prepare_run_data(
     *,
     seed: int,
     eval_tokens: int | None,
-    max_position_embeddings: int | None = None,
 ) -> RunData:
     """The training and validation rows of `sources` for `tokenizer`, prepared or read from the cache;
-    conversations' role tokens are added to the tokenizer in place. `seed`: training.seed."""
+    conversations' role tokens are added to the tokenizer in place. `seed`: training.seed. (The run
+    config has checked that data.block_size fits the model: `check_fits_model`.)"""
     settings, notes, added = sources.settings, [], []
     if settings.format == "chat":
         note, added = add_chat_tokens(tokenizer)
         notes += [note] if note else []
-        if max_position_embeddings is not None:
-            check_block_size(settings.block_size, max_position_embeddings)
         corpus = prepare_chat_corpus(sources, tokenizer)
         train: Any = corpus.train
         collator: Callable = ChatCollator(tokenizer.pad_token_id)  # padded to each batch's longest
         rows, what = "conversations", f"of up to {settings.block_size} tokens, padded per batch"
         stops = stop_token_ids(tokenizer)  # a reply ends at the end of its turn
     else:
-        corpus = prepare_corpus(sources, tokenizer, max_position_embeddings=max_position_embeddings)
+        corpus = prepare_corpus(sources, tokenizer)
         train = TrainingBlocks(corpus.train, seed=seed, shift=settings.shift_blocks)
         collator = default_data_collator  # equal-length blocks: stacked, no mask
         rows, what = "blocks", f"of {settings.block_size} tokens"

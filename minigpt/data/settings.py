@@ -147,11 +147,3 @@ def seeded_unit(ids: np.ndarray, seed: int) -> np.ndarray:
         z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
         z = z ^ (z >> np.uint64(31))
     return (z >> np.uint64(11)).astype(np.float64) / float(1 << 53)  # the top 53 bits: exact in a float64
-
-
-def check_block_size(block_size: int, max_position_embeddings: int) -> None:
-    """A block must fit the model's positions (learned position embeddings have no row beyond)."""
-    if block_size > max_position_embeddings:
-        raise ConfigError(
-            f"data.block_size ({block_size}) exceeds the model's max_position_embeddings ({max_position_embeddings})"
-        )

@@ -164,7 +164,6 @@ def _tokenizer_and_data(start: RunStart, args: TrainingArguments) -> tuple[PreTr
             tokenizer,
             seed=run.training.seed,
             eval_tokens=run.training.eval_tokens,
-            max_position_embeddings=run.model.max_position_embeddings,
         )
     if run.training.sample_prompts is None:  # the run's resolved config says the prompts it used
         run.training.sample_prompts = data.sample_prompts
@@ -276,14 +275,14 @@ def _model_to_train(start: RunStart, tokenizer: PreTrainedTokenizerBase, data: R
     # cut prompts to what the model takes.
     tokenizer.model_max_length = model.config.max_position_embeddings
     config = model.config
-    check_compatible(  # vocabulary, special ids, block size and the blocks' tokenizer all agree
+    # The model's vocabulary and special ids agree with the tokenizer's. (The blocks were prepared
+    # for this tokenizer, keyed by its fingerprint; the run config has checked they fit the model.)
+    check_compatible(
         tokenizer,
         config.vocab_size,
-        max_position_embeddings=config.max_position_embeddings,
         bos_token_id=config.bos_token_id,
         eos_token_id=config.eos_token_id,
         pad_token_id=config.pad_token_id,
-        corpus=data.corpus,
         allow_larger_vocab=run.model.init_from is not None,  # a stock base may pad its embedding
     )
     return model
