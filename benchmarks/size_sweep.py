@@ -122,14 +122,16 @@ def done_keys(results: Path) -> set[str]:
 def run_point(
     corpus: SweepCorpus, facts: dict[str, int], layers: int, width: int, flops: float, lr_scale: float,
     workdir: Path, results: Path, batch: int = SWEEP_BATCH, block_size: int = 128, seed: int = SWEEP_SEED,
-    threads: int | None = None,
+    threads: int | None = None, recipe: tuple[str, ...] = (),
 ) -> dict[str, Any] | None:
     """One shape at one budget: trains it and appends its result; None when done before. Another
     `seed` than SWEEP_SEED repeats a point to measure its spread (keyed apart; `average_seeds` takes their mean);
     another `batch` (blocks a step) than SWEEP_BATCH is a point of the grid the rule does not choose from.
     `threads` (hardware.torch_num_threads) lets two sweeps share a machine a core each; the point's
-    result does not depend on it (its budget is FLOPs)."""
+    result does not depend on it (its budget is FLOPs). `recipe`: `section.key=value` overrides the
+    point trains with on top of the plan's settings (a point of an ablation, kept out of the fit)."""
     key = f"{corpus.name}|{flops:.3g}|{layers}x{width}|{lr_scale:g}" + (f"|b{batch}" if batch != SWEEP_BATCH else "")
+    key += f"|{','.join(recipe)}" if recipe else ""
     key += f"|s{seed}" if seed != SWEEP_SEED else ""
     tokens_per_step = batch * block_size
     if key in done_keys(results):
@@ -148,6 +150,7 @@ def run_point(
         f"training.seed={seed}",
         f"hardware.per_device_train_batch_size={batch}",
         *([f"hardware.torch_num_threads={threads}"] if threads else []),
+        *recipe,
     ]
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT)
@@ -157,7 +160,7 @@ def run_point(
     record = {
         "key": key, "corpus": corpus.name, "flops": flops, "layers": layers, "width": width,
         "lr_scale": lr_scale, "batch": batch, "learning_rate": lr, "dropout": dropout, "parameters": parameters, "seed": seed,
-        "steps": steps, "tokens": tokens, "train_tokens": facts["train_tokens"],
+        **({"recipe": list(recipe)} if recipe else {}), "steps": steps, "tokens": tokens, "train_tokens": facts["train_tokens"],
         "epochs": tokens / facts["train_tokens"], "eval_bpb": summary["eval_bpb"],
         "wall_s": time.perf_counter() - started,  # informational: the budget is FLOPs
     }
@@ -176,7 +179,7 @@ def average_seeds(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
     A seed's runs share the validation sample (data.seed), so their spread is the training's alone;
     repeats without a SWEEP_SEED point at their place are left out."""
     def where(p: dict[str, Any]) -> tuple:
-        return p["corpus"], p["flops"], p["layers"], p["width"], p["lr_scale"], p.get("batch", SWEEP_BATCH)
+        return p["corpus"], p["flops"], p["layers"], p["width"], p["lr_scale"], p.get("batch", SWEEP_BATCH), tuple(p.get("recipe", ()))
 
     first = [p for p in points if p.get("seed", SWEEP_SEED) == SWEEP_SEED]
     seeds: dict[tuple, list[float]] = {where(p): [p["eval_bpb"]] for p in first}
@@ -233,14 +236,15 @@ def fit_ratio(points: list[dict[str, Any]]) -> dict[str, Any]:
 
 def at_rule_settings(point: dict[str, Any]) -> bool:
     """Whether a point ran at the rule's learning rate and the plan's batch: what the rule chooses among."""
-    return point["lr_scale"] == 1.0 and point.get("batch", SWEEP_BATCH) == SWEEP_BATCH
+    return point["lr_scale"] == 1.0 and point.get("batch", SWEEP_BATCH) == SWEEP_BATCH and not point.get("recipe")
 
 
 def settings_label(point: dict[str, Any]) -> str:
     """ " lr x2", " batch 16": how a grid point differs from the rule's settings ("" when it does not)."""
     label = f" lr x{point['lr_scale']:g}" if point["lr_scale"] != 1.0 else ""
     batch = point.get("batch", SWEEP_BATCH)
-    return label + (f" batch {batch}" if batch != SWEEP_BATCH else "")
+    label += f" batch {batch}" if batch != SWEEP_BATCH else ""
+    return label + "".join(f" {setting}" for setting in point.get("recipe", ()))
 
 
 def ladder(vocab: int = 2048, block_size: int = 128) -> list[tuple[int, int, int, float]]:

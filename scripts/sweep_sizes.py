@@ -42,6 +42,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--code-mb", type=float, default=200.0)
     parser.add_argument("--seed", type=int, default=1337, help="training.seed; another than 1337 repeats points (the fit takes each point's mean over its seeds)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads a point (default: one a core); 1 to run two sweeps side by side")
+    parser.add_argument("--set", nargs="+", default=[], metavar="SECTION.KEY=VALUE",
+                        help="overrides every point trains with on top of the plan's settings (an ablation: kept out of the fit)")
     parser.add_argument("--fit-only", action="store_true", help="only fit the rule to --results")
     parser.add_argument(
         "--fit-corpora", nargs="+", default=["shakespeare", "prose", "code", "c"],
@@ -111,7 +113,7 @@ def main() -> None:
                     for scale, batch in ((s, b) for s in args.lr_scales for b in args.batches):
                         point = run_point(
                             corpus, facts, layers, width, flops, scale, args.workdir, args.results, batch=batch,
-                            seed=args.seed, threads=args.threads,
+                            seed=args.seed, threads=args.threads, recipe=tuple(args.set),
                         )
                         if point:
                             print(

@@ -175,6 +175,20 @@ def test_a_larger_batch_joins_the_grid_but_not_the_rules_choice_or_its_table():
     assert points_table([*points, *at_16]) == points_table(points)
 
 
+def test_a_recipe_point_is_its_own_place_and_stays_out_of_the_fit_and_the_choice():
+    points = synthetic_points(lr_penalty=0.0)
+    recipe = ["training.weight_decay=1.0"]
+    ablated = [dict(p, key=p["key"] + "|" + recipe[0], recipe=recipe, eval_bpb=p["eval_bpb"] - 3.0) for p in points]
+    repeat = dict(ablated[0], key=ablated[0]["key"] + "|s1338", seed=1338, eval_bpb=ablated[0]["eval_bpb"] + 0.2)
+    averaged = average_seeds([*points, *ablated, repeat])
+    assert len(averaged) == 2 * len(points)  # a recipe's seeds average with its own first seed, not the plan's
+    assert averaged[len(points)]["seed_bpb"] == [ablated[0]["eval_bpb"], repeat["eval_bpb"]]
+    assert averaged[0]["seed_bpb"] == [points[0]["eval_bpb"]]
+    assert fit_ratio(averaged) == fit_ratio(average_seeds(points))
+    for row, before in zip(choice_table(averaged, hold_out="corpus"), choice_table(points, hold_out="corpus"), strict=True):
+        assert row["chosen"] == before["chosen"] and row["best"].endswith(" training.weight_decay=1.0")
+
+
 def test_a_sweep_point_is_a_real_run_recorded_once_with_its_loss_curve(tmp_path):
     from conftest import REPO_ROOT
 
