@@ -240,7 +240,8 @@ def at_rule_settings(point: dict[str, Any]) -> bool:
 
 
 def settings_label(point: dict[str, Any]) -> str:
-    """ " lr x2", " batch 16": how a grid point differs from the rule's settings ("" when it does not)."""
+    """ " lr x2", " batch 16", " training.weight_decay=1.0": how a grid point differs from the rule's
+    settings ("" when it does not)."""
     label = f" lr x{point['lr_scale']:g}" if point["lr_scale"] != 1.0 else ""
     batch = point.get("batch", SWEEP_BATCH)
     label += f" batch {batch}" if batch != SWEEP_BATCH else ""

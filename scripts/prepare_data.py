@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     from minigpt.data.tokenizer import load_or_train_tokenizer
 
     tokenizer = load_or_train_tokenizer(run.tokenizer, sources)
-    corpus = prepare_corpus(sources, tokenizer)  # the config has checked the blocks fit the model
+    corpus = prepare_corpus(sources, tokenizer)
     check_compatible(tokenizer, len(tokenizer), max_position_embeddings=run.model.max_position_embeddings, corpus=corpus)
     print(corpus.describe())
     if corpus.report is not None:  # sizes, duplicates, validation copies of training (no plan: no run)

@@ -256,8 +256,8 @@ def generation_defaults(
 
 def _model_to_train(start: RunStart, tokenizer: PreTrainedTokenizerBase, data: RunData, attention: str) -> PreTrainedModel:
     """The base's weights, a resumed run's architecture (its weights come from the checkpoint), or a
-    new model with the attention kernel `attention`; its embeddings fitted to the tokenizer, checked
-    against the data."""
+    new model with the attention kernel `attention`; its embeddings fitted to the tokenizer (the
+    role tokens the data added), its vocabulary and special ids checked against the tokenizer's."""
     run = start.run
     if start.base is not None:
         model = start.base.model
