@@ -94,9 +94,8 @@ def _pipeline_rows(job: DataJob):
 
     if detect_format([Path(f) for f in job.files], job.data.format) == "text":
         return (row["text"] for row in read_text_rows(list(enumerate(job.files))))
-    from minigpt.data.raw_corpus import load_raw_corpus
+    from minigpt.data.raw_corpus import iter_texts, load_raw_corpus
     from minigpt.data.sources import find_sources
-    from minigpt.data.text_rows import iter_texts
 
     corpus = load_raw_corpus(find_sources(job.data))
     return itertools.chain(iter_texts(corpus.train), iter_texts(corpus.validation))
@@ -243,7 +242,6 @@ def tokenizer_sample(job: DataJob) -> dict[str, Any]:
     from minigpt.data.corpus import data_tokenizer
     from minigpt.data.raw_corpus import load_raw_corpus
     from minigpt.data.sources import find_sources
-    from minigpt.data.text_rows import arrow_batches
     from minigpt.data.tokenizer import load_or_train_tokenizer, read_training_record
 
     folder = job.tokenizer_dir
@@ -255,7 +253,7 @@ def tokenizer_sample(job: DataJob) -> dict[str, Any]:
     trained_on = read_training_record(folder)["trained_on"]
     validation = load_raw_corpus(sources).validation
     backend, tokens = data_tokenizer(tokenizer), 0
-    for table in arrow_batches(validation.dataset, batch_rows=RAW_BATCH_ROWS, columns=["text"]):
+    for table in validation.dataset.select_columns(["text"]).with_format("arrow").iter(batch_size=RAW_BATCH_ROWS):
         tokens += sum(len(e.ids) for e in backend.encode_batch_fast(table.column("text").to_pylist()))
     sample = trained_on.get("sample")
     return {

@@ -19,11 +19,10 @@ from tqdm.auto import tqdm
 
 from .console import datasets_progress_bars, plural
 from .data.corpus import data_tokenizer, tokenize_batch
-from .data.raw_corpus import load_raw_corpus
+from .data.raw_corpus import BATCH_ROWS, load_raw_corpus
 from .data.run_data import sample_indices
 from .data.settings import DataSettings
 from .data.sources import find_sources, resolve_files
-from .data.text_rows import arrow_batches
 from .data.token_bytes import IGNORE_INDEX, SCORE_COLUMNS, next_token_scores, token_byte_lengths
 from .errors import ConfigError, DataError
 from .hub.loading import load_model, load_tokenizer
@@ -146,7 +145,7 @@ def count_words(split) -> int:
     columns = ["text", "end"] if split.by_document else ["text"]  # text files: rows are pieces
 
     def pieces() -> Iterator[tuple[str | None, bool]]:
-        for table in arrow_batches(split.dataset, columns=columns):
+        for table in split.dataset.select_columns(columns).with_format("arrow").iter(batch_size=BATCH_ROWS):
             texts = table.column("text").to_pylist()
             ends = table.column("end").to_pylist() if split.by_document else [True] * len(texts)
             yield from zip(texts, ends, strict=True)
@@ -158,7 +157,7 @@ def token_stream(split, tokenizer) -> np.ndarray:
     """The split's token ids in order, tokenized as training tokenizes (EOS after each document)."""
     backend = data_tokenizer(tokenizer)
     parts = [np.empty(0, dtype=np.int64)]
-    for table in arrow_batches(split.dataset):
+    for table in split.dataset.with_format("arrow").iter(batch_size=BATCH_ROWS):
         ends = table.column("end").to_pylist() if split.by_document else None  # rows of text files
         ids = tokenize_batch(table.column("text").to_pylist(), ends, tokenizer=backend, eos_id=tokenizer.eos_token_id)
         parts.append(ids.column("input_ids").combine_chunks().flatten().to_numpy().astype(np.int64))

@@ -80,10 +80,12 @@ def conversation(run: list[Speech]) -> dict:
 
 def validation_start(corpus: Path, fraction: float, split: str) -> int:
     """Character offset where the base run's validation text starts, by the data stage's split code."""
-    from minigpt.data.raw_corpus import load_raw_corpus  # datasets: after the arguments are parsed
+    from minigpt.data.raw_corpus import (  # datasets: after the arguments are parsed
+        iter_texts,
+        load_raw_corpus,
+    )
     from minigpt.data.settings import DataSettings
     from minigpt.data.sources import find_sources
-    from minigpt.data.text_rows import iter_texts
 
     with tempfile.TemporaryDirectory() as cache:  # the split's Arrow copy: not worth keeping
         settings = DataSettings(

@@ -20,10 +20,9 @@ from minigpt.data import corpus_report
 from minigpt.data.corpus import prepare_corpus
 from minigpt.data.corpus_report import CorpusReport
 from minigpt.data.duplicates import Copy, Document, DuplicateIndex
-from minigpt.data.raw_corpus import load_raw_corpus
+from minigpt.data.raw_corpus import iter_texts, load_raw_corpus
 from minigpt.data.settings import DataSettings
 from minigpt.data.sources import find_sources
-from minigpt.data.text_rows import iter_texts
 from minigpt.errors import ConfigError
 
 WORDS = SHAKESPEARE.read_text(encoding="utf-8").split()

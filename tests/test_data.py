@@ -15,10 +15,9 @@ from conftest import child_env, load_script
 
 from minigpt.data import corpus
 from minigpt.data.corpus import check_compatible, prepare_corpus
-from minigpt.data.raw_corpus import load_raw_corpus
+from minigpt.data.raw_corpus import iter_texts, load_raw_corpus
 from minigpt.data.settings import DataSettings, TokenizerSettings
 from minigpt.data.sources import find_sources
-from minigpt.data.text_rows import iter_texts
 from minigpt.data.tokenizer import train_tokenizer
 from minigpt.errors import ConfigError, DataError
 
@@ -497,13 +496,11 @@ def test_folder_of_source_files_prepares_without_a_utf8_error(tmp_path, tokenize
 
 
 def test_a_folders_validation_split_samples_documents_across_the_corpus(tmp_path):
-    from minigpt.data.text_rows import arrow_batches
-
     root = source_tree(tmp_path / "src")
     settings = settings_for(tmp_path, root, exclude=["*.log"], validation_fraction=0.25)
     assert settings.validation_split == "auto" and settings.split_method(24) == "random"
     raw = load_raw_corpus(find_sources(settings))
-    texts = [t for table in arrow_batches(raw.validation.dataset) for t in table.column("text").to_pylist()]
+    texts = list(iter_texts(raw.validation))
     packages = {line.split()[1] for line in texts if line.startswith("# ") and " module " in line}
     # Documents from across the folder, not only its alphabetically last packages (the tail split's).
     assert len(packages) >= 2 and packages - {"xml", "urllib", "unittest"}

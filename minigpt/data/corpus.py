@@ -29,9 +29,9 @@ from ..console import datasets_progress_bars, plural
 from ..distributed import is_main_process
 from ..errors import ConfigError, DataError
 from .corpus_report import REPORT_FILE, CorpusReport, build_report, read_report
-from .raw_corpus import load_raw_corpus
+from .raw_corpus import RawSplit, load_raw_corpus
 from .sources import Sources
-from .text_rows import PIECE_CHARS, RawSplit, arrow_batches
+from .text_rows import PIECE_CHARS
 from .tokenizer import tokenizer_fingerprint
 
 if TYPE_CHECKING:
@@ -323,7 +323,7 @@ def write_blocks(
         writer.write_table(pa.table({"input_ids": column, "labels": column}))
 
     # views of the file's rows; a stream's batches are built in memory: smaller ones
-    batches = arrow_batches(tokenized, batch_rows=PACK_BATCH_ROWS if isinstance(tokenized, datasets.Dataset) else 256)
+    batches = tokenized.with_format("arrow").iter(batch_size=PACK_BATCH_ROWS if isinstance(tokenized, datasets.Dataset) else 256)
     try:
         for table in batches:
             for chunk in table.column("input_ids").chunks:  # never concatenated: a copy of the batch

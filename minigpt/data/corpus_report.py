@@ -14,9 +14,8 @@ import numpy as np
 
 from ..console import plural
 from .duplicates import PREFIX_CHARS, THRESHOLD, DuplicateIndex, document_batches, join_documents
-from .raw_corpus import RawCorpus
+from .raw_corpus import RawCorpus, document_sizes
 from .settings import DataSettings, seeded_unit
-from .text_rows import document_sizes
 
 REPORT_FILE = "corpus_report.json"  # beside the prepared blocks, and in a run's folder
 REPORT_VERSION = 1  # bump when the same corpus gives another report

@@ -1,4 +1,5 @@
-"""Exact and near-duplicate documents: what the corpus report counts and `data.dedup` removes.
+"""Exact and near-duplicate documents: what the corpus report counts and `data.dedup` removes
+(`raw_corpus.deduplicated`).
 
 Exact: the same text up to its whitespace. Near: MinHash of word 5-grams at Jaccard >= 0.8 (Lee et al.
 2022), candidates from a MinHashLSH tuned for 0.7 (LSH alone at 0.8 misses many pairs), each confirmed by
@@ -9,23 +10,13 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import datasets
 import numpy as np
 from datasketch import MinHash, MinHashLSH
-from tqdm.auto import tqdm
-
-from ..atomic import atomic_write_file
-from ..console import plural
-from ..distributed import is_main_process
-from .settings import DataSettings
-from .sources import SourceList
-from .text_rows import RawSplit, arrow_batches, keep_documents, numbers
 
 SHINGLE_WORDS = 5  # words per shingle
 THRESHOLD = 0.8  # estimated Jaccard similarity of the shingle sets at which a document is a near duplicate
@@ -34,7 +25,7 @@ NUM_PERM = 128  # MinHash permutations: the estimate's standard error at 0.8 is 
 MINHASH_SEED = 1  # the permutations: the same on every machine, so dedup removes the same documents
 PREFIX_CHARS = 20_000  # characters of a document compared, at most
 DEDUP_VERSION = 1  # bump when data.dedup removes other documents from the same inputs
-_said: set[str] = set()  # lines said once per process (a run loads its corpus for the tokenizer, then the blocks)
+BATCH_ROWS = 10_000  # rows of an Arrow batch read (memory: one batch)
 
 
 @functools.cache
@@ -42,6 +33,12 @@ def _prototype() -> MinHash:
     """The empty MinHash every document's is copied from: its permutations are drawn once (from
     MINHASH_SEED), and the shingles' 32-bit hash is CRC-32 (C speed) rather than SHA-1, at half the time."""
     return MinHash(num_perm=NUM_PERM, seed=MINHASH_SEED, hashfunc=zlib.crc32)
+
+
+def comparison() -> list:
+    """What decides which documents are copies (a cached decision with another is redone); datasketch's
+    permutation scheme is "affine32" from datasketch 2, "legacy" before."""
+    return [SHINGLE_WORDS, THRESHOLD, NUM_PERM, PREFIX_CHARS, getattr(_prototype(), "scheme", "legacy")]
 
 
 @dataclass
@@ -121,11 +118,12 @@ def document_batches(dataset, picked: np.ndarray | None = None) -> Iterator[tupl
     if rows is not None and isinstance(dataset, datasets.Dataset):
         dataset, positions = dataset.select(rows), rows
     start = 0
-    for table in arrow_batches(dataset, columns=["doc", "text"] if by_document else ["text"]):
+    columns = ["doc", "text"] if by_document else ["text"]
+    for table in dataset.select_columns(columns).with_format("arrow").iter(batch_size=BATCH_ROWS):
         texts = table.column("text").to_pylist()
         index = positions[start : start + len(texts)] if positions is not None else np.arange(start, start + len(texts))
         start += len(texts)
-        keys = numbers(table, "doc") if by_document else index
+        keys = table.column("doc").to_numpy().astype(np.int64, copy=False) if by_document else index
         if positions is None and rows is not None:  # a stream's rows, sifted
             wanted = np.isin(index, rows)
             keys, texts = keys[wanted], [text for text, keep in zip(texts, wanted, strict=True) if keep]
@@ -135,8 +133,8 @@ def document_batches(dataset, picked: np.ndarray | None = None) -> Iterator[tupl
 def _prefix_rows(dataset, picked: np.ndarray | None) -> np.ndarray:
     """The text-file rows holding each file's first PREFIX_CHARS characters (of the files `picked`)."""
     rows, doc_seen, before, start = [], -1, 0, 0  # before: characters of the current file in rows before
-    for table in arrow_batches(dataset, columns=["doc", "chars"]):
-        docs, chars = numbers(table, "doc"), numbers(table, "chars")
+    for table in dataset.select_columns(["doc", "chars"]).with_format("arrow").iter(batch_size=BATCH_ROWS):
+        docs, chars = (table.column(c).to_numpy().astype(np.int64, copy=False) for c in ("doc", "chars"))
         wanted = np.isin(docs, picked) if picked is not None else np.ones(len(docs), dtype=bool)
         for offset, (doc, size, keep) in enumerate(zip(docs.tolist(), chars.tolist(), wanted.tolist(), strict=True)):
             if doc != doc_seen:
@@ -146,69 +144,3 @@ def _prefix_rows(dataset, picked: np.ndarray | None) -> np.ndarray:
             before += size
         start += len(docs)
     return np.asarray(rows, dtype=np.int64)
-
-
-def deduplicated(
-    splits: list[RawSplit], sources: list[SourceList], settings: DataSettings
-) -> tuple[list[RawSplit], dict]:
-    """`splits` without the documents data.dedup removes, and what it removed per pool ("corpus", or
-    "validation" and "train"); the decisions are cached under data.cache_dir/dedup/ by the sources' keys."""
-    decisive = {
-        "inputs": [source.key for source in sources],
-        "format": sources[0].format,
-        "text_field": None if sources[0].format == "text" else settings.text_field,
-        # datasketch's permutation scheme ("affine32" from datasketch 2, "legacy" before)
-        "comparison": [SHINGLE_WORDS, THRESHOLD, NUM_PERM, PREFIX_CHARS, getattr(_prototype(), "scheme", "legacy")],
-        "version": DEDUP_VERSION,
-    }
-    key = hashlib.sha256(json.dumps(decisive, sort_keys=True).encode()).hexdigest()[:20]
-    cached = Path(settings.cache_dir) / "dedup" / f"{key}.json"
-    if cached.is_file():
-        record = json.loads(cached.read_text(encoding="utf-8"))
-    else:
-        record = _decide(splits, settings.show_progress)
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_write_file(cached) as handle:
-            json.dump(record, handle)
-    kept = []
-    for split, removed in zip(splits, record["removed"], strict=True):
-        removed = np.asarray(removed, dtype=np.int64)
-        kept.append(keep_documents(split, split.name, "data.dedup", _kept, removed=removed) if len(removed) else split)
-    pools = record["pools"]
-    line = (
-        f"data.dedup: removed {plural(sum(p['exact'] + p['near'] for p in pools), 'document')} of "
-        f"{sum(p['documents'] for p in pools):,} ({sum(p['exact'] for p in pools):,} exact, "
-        f"{sum(p['near'] for p in pools):,} near copies)"
-    )
-    if line not in _said and is_main_process():
-        _said.add(line)
-        print(line, flush=True)
-    return kept, dict(zip(["validation", "train"] if len(pools) == 2 else ["corpus"], pools, strict=True))
-
-
-def _decide(splits: list[RawSplit], show_progress: bool) -> dict:
-    index = DuplicateIndex()
-    record: dict = {"removed": [], "pools": []}
-    total = sum(split.documents for split in splits)
-    with tqdm(total=total, desc="data.dedup: comparing documents", unit=" docs", disable=not show_progress) as bar:
-        for number, split in enumerate(splits):
-            first_of_this = index.size  # documents of earlier sources are numbered below this
-            removed, counts = [], {"documents": split.documents, "exact": 0, "near": 0}
-            earlier = 0
-            for document in join_documents(document_batches(split.dataset)):
-                copy = index.match(document)
-                if copy is not None:
-                    removed.append(document.key)
-                    counts[copy.kind] += 1
-                    earlier += copy.of < first_of_this
-                bar.update(1)
-            if number:  # training documents that copied a validation one
-                counts["copies_of_validation"] = earlier
-            record["removed"].append(removed)
-            record["pools"].append(counts)
-    return record
-
-
-def _kept(*columns_and_indices, removed: np.ndarray) -> list[bool]:
-    """`Dataset.filter` predicate: is each row's document (its `doc` column, or its index) kept?"""
-    return list(~np.isin(np.asarray(columns_and_indices[0], dtype=np.int64), removed))

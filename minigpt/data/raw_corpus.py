@@ -1,11 +1,14 @@
 """The raw train and validation text of `Sources`: loaded with `datasets`, checked, deduplicated and
-split. A text file is one document (`text_rows`); JSON lines, parquet and `save_to_disk` rows are one
-each. The tail split cuts off the last bytes at a line end; the random split draws whole documents."""
+split into `RawSplit`s, read back in Arrow batches. A text file is one document (its rows: `text_rows`);
+JSON lines, parquet and `save_to_disk` rows are one each. The tail split cuts off the last bytes at a
+line end; the random split draws whole documents; `data.dedup` drops what `duplicates` finds."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import hashlib
+import json
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,27 +16,106 @@ import datasets
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from tqdm.auto import tqdm
 
-from ..console import datasets_progress_bars
+from ..atomic import atomic_write_file
+from ..console import datasets_progress_bars, plural
+from ..distributed import is_main_process
 from ..errors import DataError, MiniGPTUserError
-from .duplicates import deduplicated
+from .duplicates import DEDUP_VERSION, DuplicateIndex, comparison, document_batches, join_documents
 from .settings import DataSettings, seeded_unit
 from .sources import SourceList, Sources, detect_format, invalid_text
-from .text_rows import (
-    INVALID_CHARS,
-    RawSplit,
-    arrow_batches,
-    counted,
-    keep_documents,
-    load_text_files,
-    numbers,
-    row_bytes,
-    size_columns,
-    text_features,
-    text_row,
-)
+from .text_rows import INVALID_CHARS, load_text_files, text_features, text_row
 
 LOCAL_FILES_BAR_THRESHOLD = 16  # datasets' DownloadManager draws a "download" bar from this many local files
+BATCH_ROWS = 10_000  # rows of an Arrow batch read back (memory: one batch)
+_said: set[str] = set()  # lines said once per process (a run loads its corpus for the tokenizer, then the blocks)
+
+
+@dataclass
+class RawSplit:
+    """One split of raw text: rows of a `text` column (text files' rows: `text_features`), with sizes."""
+
+    name: str  # "train" or "validation"
+    dataset: datasets.Dataset | datasets.IterableDataset
+    rows: int
+    bytes: int  # UTF-8 bytes of all its text
+    documents: int  # documents with text (a text file cut by the split counts in both)
+
+    @property
+    def by_document(self) -> bool:
+        """Rows are pieces of documents, with an `end` column (text files), not whole documents."""
+        return "end" in (self.dataset.column_names or [])
+
+    def describe(self) -> str:
+        return f"the {self.name} split ({self.bytes:,} bytes, {self.rows:,} rows, {plural(self.documents, 'document')})"
+
+
+def counted(name: str, dataset: datasets.Dataset | datasets.IterableDataset) -> RawSplit:
+    """`dataset` as a split, its rows, bytes and documents counted from the rows' sizes."""
+    rows = size = documents = 0
+    last_doc = -1
+    for table in dataset.select_columns(size_columns(dataset)).with_format("arrow").iter(batch_size=BATCH_ROWS):
+        sizes = row_bytes(table)
+        rows, size = rows + table.num_rows, size + int(sizes.sum())
+        if "doc" not in table.column_names:
+            documents += int((sizes > 0).sum())
+        elif table.num_rows:
+            doc = numbers(table, "doc")
+            documents += int((np.diff(doc) != 0).sum()) + int(doc[0] != last_doc)
+            last_doc = int(doc[-1])
+    return RawSplit(name, dataset, rows, size, documents)
+
+
+def keep_documents(
+    split: RawSplit, name: str, desc: str, predicate: Callable[..., list[bool]], **fn_kwargs: object
+) -> RawSplit:
+    """The rows of `split` whose document `predicate` keeps, as the split `name`. `predicate` gets the
+    documents' keys (a text file's `doc` column, else the row indices) and `fn_kwargs`, never the text."""
+    dataset = split.dataset.filter(
+        predicate,
+        batched=True,
+        with_indices=True,
+        input_columns=["doc"] if split.by_document else [],
+        fn_kwargs=fn_kwargs,
+        **({} if isinstance(split.dataset, datasets.IterableDataset) else {"desc": desc}),
+    )
+    return counted(name, dataset)
+
+
+def numbers(table: pa.Table, column: str) -> np.ndarray:
+    return table.column(column).to_numpy().astype(np.int64, copy=False)
+
+
+def row_bytes(table: pa.Table) -> np.ndarray:
+    """UTF-8 bytes of each row of a batch: text files' `bytes` column, else measured."""
+    if "bytes" in table.column_names:
+        return numbers(table, "bytes")
+    return pc.binary_length(table.column("text")).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def size_columns(dataset: datasets.Dataset | datasets.IterableDataset) -> list[str]:
+    """The columns `row_bytes` and a document's key need: never the text of text files' rows."""
+    return ["doc", "bytes"] if "doc" in (dataset.column_names or []) else ["text"]
+
+
+def document_sizes(split: RawSplit) -> tuple[np.ndarray, np.ndarray]:
+    """Each document's key (its row, or a text file's index), sorted, and its bytes."""
+    keys, sizes, start = [], [], 0
+    for table in split.dataset.select_columns(size_columns(split.dataset)).with_format("arrow").iter(batch_size=BATCH_ROWS):
+        keys.append(numbers(table, "doc") if "doc" in table.column_names else np.arange(start, start + table.num_rows))
+        sizes.append(row_bytes(table))
+        start += table.num_rows
+    if not keys:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    unique, inverse = np.unique(np.concatenate(keys), return_inverse=True)  # a text file's rows summed
+    return unique, np.bincount(inverse, weights=np.concatenate(sizes)).astype(np.int64)
+
+
+def iter_texts(split: RawSplit) -> Iterator[str]:
+    """The split's texts in order, one Arrow batch in memory at a time."""
+    for table in split.dataset.select_columns(["text"]).with_format("arrow").iter(batch_size=BATCH_ROWS):
+        yield from (text for text in table.column("text").to_pylist() if text)
 
 
 @dataclass
@@ -152,7 +234,7 @@ def _checked_text_rows(dataset, paths: list[Path], settings: DataSettings, role:
     chars = np.zeros(len(paths), dtype=np.int64)
     invalid = np.zeros(len(paths), dtype=np.int64)
     rows = total = 0
-    for table in arrow_batches(dataset, columns=["doc", "bytes", "chars", "invalid"]):
+    for table in dataset.select_columns(["doc", "bytes", "chars", "invalid"]).with_format("arrow").iter(batch_size=BATCH_ROWS):
         doc = numbers(table, "doc")
         chars += np.bincount(doc, weights=numbers(table, "chars"), minlength=len(paths)).astype(np.int64)
         invalid += np.bincount(doc, weights=numbers(table, "invalid"), minlength=len(paths)).astype(np.int64)
@@ -166,7 +248,7 @@ def _checked_text_rows(dataset, paths: list[Path], settings: DataSettings, role:
 def _checked_documents(dataset, paths: list[Path], settings: DataSettings, role: str) -> RawSplit:
     """A source of documents counted; mostly undecodable text refused."""
     rows = size = chars = invalid = 0
-    for table in arrow_batches(dataset):
+    for table in dataset.with_format("arrow").iter(batch_size=BATCH_ROWS):
         column = table.column("text")
         rows += table.num_rows
         size += pc.sum(pc.binary_length(column)).as_py() or 0
@@ -191,7 +273,7 @@ def _tail_cut(loaded: RawSplit, fraction: float) -> tuple[int, dict | None, dict
     and `tail`, or goes whole to train (None, None)."""
     target = loaded.bytes * (1.0 - fraction)
     seen = row = 0
-    for table in arrow_batches(loaded.dataset, columns=size_columns(loaded.dataset)):
+    for table in loaded.dataset.select_columns(size_columns(loaded.dataset)).with_format("arrow").iter(batch_size=BATCH_ROWS):
         sizes = row_bytes(table)
         if seen + int(sizes.sum()) >= target:
             ends = seen + np.cumsum(sizes)  # bytes up to the end of each row
@@ -203,7 +285,7 @@ def _tail_cut(loaded: RawSplit, fraction: float) -> tuple[int, dict | None, dict
         return loaded.rows, None, None
     if not loaded.by_document:  # a document per row: cut after it
         return row + 1, None, None
-    [record] = next(arrow_batches(_row_range(loaded.dataset, row, row + 1))).to_pylist()
+    [record] = next(_row_range(loaded.dataset, row, row + 1).with_format("arrow").iter(batch_size=1)).to_pylist()
     data = record["text"].encode()
     newline = data.find(b"\n", max(int(np.ceil(target - start)) - 1, 0))  # the line end at or after the target
     cut = len(data) if newline < 0 else newline + 1
@@ -238,3 +320,68 @@ def _split_random(loaded: RawSplit, settings: DataSettings) -> tuple[RawSplit, R
     train = keep_documents(loaded, "train", "train documents", _in_validation, keep=False, **draw)
     return train, keep_documents(loaded, "validation", "validation documents", _in_validation, keep=True, **draw)
 
+
+def deduplicated(
+    splits: list[RawSplit], sources: list[SourceList], settings: DataSettings
+) -> tuple[list[RawSplit], dict]:
+    """`splits` without the documents data.dedup removes, and what it removed per pool ("corpus", or
+    "validation" and "train"); the decisions are cached under data.cache_dir/dedup/ by the sources' keys."""
+    decisive = {
+        "inputs": [source.key for source in sources],
+        "format": sources[0].format,
+        "text_field": None if sources[0].format == "text" else settings.text_field,
+        # datasketch's permutation scheme ("affine32" from datasketch 2, "legacy" before)
+        "comparison": comparison(),
+        "version": DEDUP_VERSION,
+    }
+    key = hashlib.sha256(json.dumps(decisive, sort_keys=True).encode()).hexdigest()[:20]
+    cached = Path(settings.cache_dir) / "dedup" / f"{key}.json"
+    if cached.is_file():
+        record = json.loads(cached.read_text(encoding="utf-8"))
+    else:
+        record = _decide(splits, settings.show_progress)
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_write_file(cached) as handle:
+            json.dump(record, handle)
+    kept = []
+    for split, removed in zip(splits, record["removed"], strict=True):
+        removed = np.asarray(removed, dtype=np.int64)
+        kept.append(keep_documents(split, split.name, "data.dedup", _kept, removed=removed) if len(removed) else split)
+    pools = record["pools"]
+    line = (
+        f"data.dedup: removed {plural(sum(p['exact'] + p['near'] for p in pools), 'document')} of "
+        f"{sum(p['documents'] for p in pools):,} ({sum(p['exact'] for p in pools):,} exact, "
+        f"{sum(p['near'] for p in pools):,} near copies)"
+    )
+    if line not in _said and is_main_process():
+        _said.add(line)
+        print(line, flush=True)
+    return kept, dict(zip(["validation", "train"] if len(pools) == 2 else ["corpus"], pools, strict=True))
+
+
+def _decide(splits: list[RawSplit], show_progress: bool) -> dict:
+    index = DuplicateIndex()
+    record: dict = {"removed": [], "pools": []}
+    total = sum(split.documents for split in splits)
+    with tqdm(total=total, desc="data.dedup: comparing documents", unit=" docs", disable=not show_progress) as bar:
+        for number, split in enumerate(splits):
+            first_of_this = index.size  # documents of earlier sources are numbered below this
+            removed, counts = [], {"documents": split.documents, "exact": 0, "near": 0}
+            earlier = 0
+            for document in join_documents(document_batches(split.dataset)):
+                copy = index.match(document)
+                if copy is not None:
+                    removed.append(document.key)
+                    counts[copy.kind] += 1
+                    earlier += copy.of < first_of_this
+                bar.update(1)
+            if number:  # training documents that copied a validation one
+                counts["copies_of_validation"] = earlier
+            record["removed"].append(removed)
+            record["pools"].append(counts)
+    return record
+
+
+def _kept(*columns_and_indices, removed: np.ndarray) -> list[bool]:
+    """`Dataset.filter` predicate: is each row's document (its `doc` column, or its index) kept?"""
+    return list(~np.isin(np.asarray(columns_and_indices[0], dtype=np.int64), removed))

@@ -1,19 +1,11 @@
-"""Raw text as rows of `datasets`, and reading them back in Arrow batches. A text file is read into
-rows of up to PIECE_CHARS characters cut after a line end, each counted as it is read (docs/data.md,
-"Formats"); rows of JSON lines, parquet and `save_to_disk` are documents with a `text` column.
-"""
+"""Text files as rows of `datasets`: a file is read into rows of up to PIECE_CHARS characters cut
+after a line end, each counted as it is read (docs/data.md, "Formats")."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 
 import datasets
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-
-from ..console import plural
 
 PIECE_CHARS = 1 << 16  # characters per row at most (twice that where a line runs on): bounded batches
 INVALID_CHARS = ("\ufffd", "\x00")  # what undecodable bytes become (errors="replace") and binary's NULs
@@ -74,98 +66,3 @@ def load_text_files(
         writer_batch_size=WRITER_BATCH_ROWS,
         **kwargs,
     )
-
-
-@dataclass
-class RawSplit:
-    """One split of raw text: rows of a `text` column (text files' rows: `text_features`), with sizes."""
-
-    name: str  # "train" or "validation"
-    dataset: datasets.Dataset | datasets.IterableDataset
-    rows: int
-    bytes: int  # UTF-8 bytes of all its text
-    documents: int  # documents with text (a text file cut by the split counts in both)
-
-    @property
-    def by_document(self) -> bool:
-        """Rows are pieces of documents, with an `end` column (text files), not whole documents."""
-        return "end" in (self.dataset.column_names or [])
-
-    def describe(self) -> str:
-        return f"the {self.name} split ({self.bytes:,} bytes, {self.rows:,} rows, {plural(self.documents, 'document')})"
-
-
-def counted(name: str, dataset: datasets.Dataset | datasets.IterableDataset) -> RawSplit:
-    """`dataset` as a split, its rows, bytes and documents counted from the rows' sizes."""
-    rows = size = documents = 0
-    last_doc = -1
-    for table in arrow_batches(dataset, columns=size_columns(dataset)):
-        sizes = row_bytes(table)
-        rows, size = rows + table.num_rows, size + int(sizes.sum())
-        if "doc" not in table.column_names:
-            documents += int((sizes > 0).sum())
-        elif table.num_rows:
-            doc = numbers(table, "doc")
-            documents += int((np.diff(doc) != 0).sum()) + int(doc[0] != last_doc)
-            last_doc = int(doc[-1])
-    return RawSplit(name, dataset, rows, size, documents)
-
-
-def keep_documents(
-    split: RawSplit, name: str, desc: str, predicate: Callable[..., list[bool]], **fn_kwargs: object
-) -> RawSplit:
-    """The rows of `split` whose document `predicate` keeps, as the split `name`. `predicate` gets the
-    documents' keys (a text file's `doc` column, else the row indices) and `fn_kwargs`, never the text."""
-    dataset = split.dataset.filter(
-        predicate,
-        batched=True,
-        with_indices=True,
-        input_columns=["doc"] if split.by_document else [],
-        fn_kwargs=fn_kwargs,
-        **({} if isinstance(split.dataset, datasets.IterableDataset) else {"desc": desc}),
-    )
-    return counted(name, dataset)
-
-
-def arrow_batches(
-    dataset: datasets.Dataset | datasets.IterableDataset, columns: list[str] | None = None, batch_rows: int = 10_000
-) -> Iterator[pa.Table]:
-    """The rows as Arrow tables of `batch_rows` rows (memory: one batch), only `columns`."""
-    if columns is not None:
-        dataset = dataset.select_columns(columns)
-    return dataset.with_format("arrow").iter(batch_size=batch_rows)
-
-
-def numbers(table: pa.Table, column: str) -> np.ndarray:
-    return table.column(column).to_numpy().astype(np.int64, copy=False)
-
-
-def row_bytes(table: pa.Table) -> np.ndarray:
-    """UTF-8 bytes of each row of a batch: text files' `bytes` column, else measured."""
-    if "bytes" in table.column_names:
-        return numbers(table, "bytes")
-    return pc.binary_length(table.column("text")).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-
-
-def size_columns(dataset: datasets.Dataset | datasets.IterableDataset) -> list[str]:
-    """The columns `row_bytes` and a document's key need: never the text of text files' rows."""
-    return ["doc", "bytes"] if "doc" in (dataset.column_names or []) else ["text"]
-
-
-def document_sizes(split: RawSplit) -> tuple[np.ndarray, np.ndarray]:
-    """Each document's key (its row, or a text file's index), sorted, and its bytes."""
-    keys, sizes, start = [], [], 0
-    for table in arrow_batches(split.dataset, columns=size_columns(split.dataset)):
-        keys.append(numbers(table, "doc") if "doc" in table.column_names else np.arange(start, start + table.num_rows))
-        sizes.append(row_bytes(table))
-        start += table.num_rows
-    if not keys:
-        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-    unique, inverse = np.unique(np.concatenate(keys), return_inverse=True)  # a text file's rows summed
-    return unique, np.bincount(inverse, weights=np.concatenate(sizes)).astype(np.int64)
-
-
-def iter_texts(split: RawSplit) -> Iterator[str]:
-    """The split's texts in order, one Arrow batch in memory at a time."""
-    for table in arrow_batches(split.dataset, columns=["text"]):
-        yield from (text for text in table.column("text").to_pylist() if text)

@@ -23,10 +23,9 @@ from ..console import plural
 from ..distributed import is_main_process
 from ..errors import ConfigError
 from .chat_template import CHAT_TEMPLATE
-from .raw_corpus import load_raw_corpus
+from .raw_corpus import BATCH_ROWS, RawSplit, load_raw_corpus, row_bytes, size_columns
 from .settings import DataSettings, TokenizerSettings, seeded_unit
 from .sources import SourceFile, Sources, describe_sources
-from .text_rows import RawSplit, arrow_batches, row_bytes, size_columns
 
 TRAINING_RECORD = "minigpt_tokenizer.json"  # the settings and data a saved tokenizer was trained with
 # How a tokenizer was loaded (from_pretrained records it; save_pretrained would write it): not the tokenizer's.
@@ -163,7 +162,7 @@ def training_text(split: RawSplit, settings: TokenizerSettings, seed: int) -> Tr
     if plan is not None:
         cap = plan["doc_max_chars"]
         capped = 0  # the split's bytes with each row counted up to doc_max_chars (bytes for characters)
-        for table in arrow_batches(split.dataset, columns=size_columns(split.dataset)):
+        for table in split.dataset.select_columns(size_columns(split.dataset)).with_format("arrow").iter(batch_size=BATCH_ROWS):
             sizes = row_bytes(table)
             capped += int(np.minimum(sizes, cap).sum()) if cap else int(sizes.sum())
         p, salted = min(1.0, plan["max_bytes"] / max(capped, 1)), plan["seed"] ^ SAMPLE_SEED_SALT
@@ -181,7 +180,7 @@ def training_text(split: RawSplit, settings: TokenizerSettings, seed: int) -> Tr
 def _counted(text: TrainingText, dataset, cap: int) -> Iterator[str]:
     """The rows' texts (each up to `cap` characters), counted into `text`; a sample stops at its budget."""
     budget = text.plan["max_bytes"] if text.plan is not None else None
-    for table in arrow_batches(dataset, columns=["text"]):
+    for table in dataset.select_columns(["text"]).with_format("arrow").iter(batch_size=BATCH_ROWS):
         for piece in table.column("text").to_pylist():
             piece = (piece or "")[:cap] if cap else piece or ""
             data = piece.encode("utf-8")
