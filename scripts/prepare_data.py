@@ -36,12 +36,11 @@ def main(argv: list[str] | None = None) -> int:
 
     sources = find_sources(run.data)  # a bad file is one line here, before anything heavy is imported
 
-    from minigpt.data.corpus import check_compatible, prepare_corpus
+    from minigpt.data.corpus import prepare_corpus
     from minigpt.data.tokenizer import load_or_train_tokenizer
 
     tokenizer = load_or_train_tokenizer(run.tokenizer, sources)
     corpus = prepare_corpus(sources, tokenizer)
-    check_compatible(tokenizer, len(tokenizer), max_position_embeddings=run.model.max_position_embeddings, corpus=corpus)
     print(corpus.describe())
     if corpus.report is not None:  # sizes, duplicates, validation copies of training (no plan: no run)
         print("\n".join(corpus.report.lines()))

@@ -40,15 +40,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     has_config = bool(args.items) and "=" not in args.items[0]
     args.config = Path(args.items[0]) if has_config else DEFAULT_CONFIG
     args.overrides = args.items[1:] if has_config else args.items  # checked by load_run_config
+    # The config as the resume command names it: relative to the working folder when inside it (as
+    # README shows commands), else as given.
+    resolved, here = args.config.resolve(), Path.cwd().resolve()
+    args.shown_config = str(resolved.relative_to(here)) if resolved.is_relative_to(here) else str(args.config)
     return args
-
-
-def display_path(path: Path) -> str:
-    """`path` relative to the working folder when it is inside it (as README shows commands), else as is."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     sources = find_sources(run.data)  # a missing, empty or non-UTF-8 file: one line, before anything heavy
     from minigpt.pipeline import run_training  # heavy: only once the config and the data are known good
 
-    command = ["python", "scripts/train.py", display_path(args.config), *args.overrides, "--resume"]
+    command = ["python", "scripts/train.py", args.shown_config, *args.overrides, "--resume"]
     # A signal says all in one line at once, the resume command included.
     controller = StopController(resume_hint=shlex.join(command))
     result = run_training(run, stop_controller=controller, resume=args.resume, sources=sources)

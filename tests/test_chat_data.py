@@ -163,7 +163,10 @@ def test_dialogues_alternate_two_speakers_and_end_on_the_reply():
 
 
 def test_the_text_data_stage_refuses_chat_data():
-    from minigpt.data.sources import detect_format
+    from minigpt.data.raw_corpus import load_raw_corpus
+    from minigpt.data.settings import DataSettings
+    from minigpt.data.sources import find_sources
 
+    sources = find_sources(DataSettings(train_files=[str(SHIPPED / "train.jsonl")], format="chat"))
     with pytest.raises(ConfigError, match=r"^data.format=chat is read by a chat run \(scripts/train.py"):
-        detect_format([SHIPPED / "train.jsonl"], "chat")
+        load_raw_corpus(sources)

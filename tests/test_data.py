@@ -14,7 +14,7 @@ import pytest
 from conftest import child_env, load_script
 
 from minigpt.data import corpus
-from minigpt.data.corpus import check_compatible, prepare_corpus
+from minigpt.data.corpus import prepare_corpus
 from minigpt.data.raw_corpus import iter_texts, load_raw_corpus
 from minigpt.data.settings import DataSettings, TokenizerSettings
 from minigpt.data.sources import find_sources
@@ -316,8 +316,7 @@ def test_corpus_too_small_for_a_block_each(tmp_path, tokenizer):
 
 
 def test_block_size_larger_than_model_positions(tmp_path):
-    """Refused where the run config is read (check_fits_model), before any data is prepared; the
-    prepared blocks and a model are checked again where they meet (check_compatible, below)."""
+    """Refused where the run config is read (check_fits_model), before any data is prepared."""
     from minigpt.training.run_config import load_run_config
 
     overrides = [f"training.output_dir={tmp_path / 'run'}", "data.block_size=64", "model.max_position_embeddings=32"]
@@ -339,32 +338,21 @@ def test_impossible_settings_name_the_field(tmp_path):
 # ---- tokenizer / data / model agreement -----------------------------------------------------------
 
 
-def test_check_compatible(tmp_path, tokenizer):
-    corpus = prepare_corpus(find_sources(settings_for(tmp_path, write(tmp_path / "a.txt", TEXT[:20_000]))), tokenizer)
-    check_compatible(
-        tokenizer,
-        400,
-        eos_token_id=0,
-        pad_token_id=1,
-        bos_token_id=0,
-        corpus=corpus,
-        max_position_embeddings=32,
-    )
+def test_a_model_must_match_its_tokenizer(tokenizer):
+    from minigpt.model import MiniGPTConfig
+    from minigpt.training.run import check_matches_tokenizer
+
+    def config(**values):
+        return MiniGPTConfig(**{"vocab_size": 400, "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 1, **values})
+
+    check_matches_tokenizer(config(), tokenizer, allow_larger_vocab=False)
     with pytest.raises(ConfigError, match="vocab_size is 300 but the tokenizer has 400"):
-        check_compatible(tokenizer, 300)
+        check_matches_tokenizer(config(vocab_size=300), tokenizer, allow_larger_vocab=True)
     with pytest.raises(ConfigError, match="vocab_size is 512"):
-        check_compatible(tokenizer, 512)
-    check_compatible(tokenizer, 512, allow_larger_vocab=True)
+        check_matches_tokenizer(config(vocab_size=512), tokenizer, allow_larger_vocab=False)
+    check_matches_tokenizer(config(vocab_size=512), tokenizer, allow_larger_vocab=True)  # a stock base's padding
     with pytest.raises(ConfigError, match="eos_token_id is 5 but the tokenizer's is 0"):
-        check_compatible(tokenizer, 400, eos_token_id=5)
-    with pytest.raises(ConfigError, match=r"tokens long, more than the model's max_position_embeddings \(16\)"):
-        check_compatible(tokenizer, 400, corpus=corpus, max_position_embeddings=16)
-    other = train_tokenizer(
-        TEXT[:30_000].splitlines(True),
-        TokenizerSettings(vocab_size=400, min_frequency=3, show_progress=False),
-    )
-    with pytest.raises(ConfigError, match="another tokenizer"):
-        check_compatible(other, 400, corpus=corpus)
+        check_matches_tokenizer(config(eos_token_id=5), tokenizer, allow_larger_vocab=False)
 
 
 # ---- CLI: one line, exit code 2 ------------------------------------------------------------------

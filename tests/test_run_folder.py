@@ -233,8 +233,8 @@ def test_cli_options_and_overrides_in_any_order():
 def test_resume_hint_shows_the_config_as_readme_does(monkeypatch, tmp_path):
     script = load_script("train")
     monkeypatch.chdir(REPO)
-    assert script.display_path(script.DEFAULT_CONFIG) == "configs/shakespeare.yaml"
+    assert script.parse_args([]).shown_config == "configs/shakespeare.yaml"
     monkeypatch.chdir(tmp_path)  # outside the repository the path stays absolute, and still works
-    assert script.display_path(script.DEFAULT_CONFIG) == str(script.DEFAULT_CONFIG)
+    assert script.parse_args([]).shown_config == str(script.DEFAULT_CONFIG)
 
 

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoTokenizer
 
+from minigpt.data.corpus import tokenizer_fingerprint
 from minigpt.data.settings import DataSettings, TokenizerSettings
 from minigpt.data.sources import find_sources
 from minigpt.data.tokenizer import (
@@ -17,7 +18,6 @@ from minigpt.data.tokenizer import (
     load_or_train_tokenizer,
     load_tokenizer,
     save_tokenizer,
-    tokenizer_fingerprint,
     train_tokenizer,
 )
 from minigpt.errors import ConfigError

@@ -21,11 +21,10 @@ from ..atomic import atomic_output_dir
 from ..distributed import is_main_process
 from ..errors import ConfigError, DataError
 from .chat_template import ROLES
-from .corpus import META_FILE, PreparedCorpus, SplitStats, load_prepared, write_meta
+from .corpus import META_FILE, PreparedCorpus, SplitStats, load_prepared, tokenizer_fingerprint, write_meta
 from .settings import seeded_unit
 from .sources import Sources
 from .token_bytes import IGNORE_INDEX
-from .tokenizer import tokenizer_fingerprint
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast

@@ -24,15 +24,14 @@ from datasets.arrow_writer import ArrowWriter
 from tokenizers import Tokenizer
 from tqdm.auto import tqdm
 
-from ..atomic import atomic_output_dir, atomic_write_file
+from ..atomic import atomic_output_dir
 from ..console import datasets_progress_bars, plural
 from ..distributed import is_main_process
 from ..errors import ConfigError, DataError
-from .corpus_report import REPORT_FILE, CorpusReport, build_report, read_report
-from .raw_corpus import RawSplit, load_raw_corpus
+from .corpus_report import CorpusReport, corpus_report
+from .raw_corpus import RawCorpus, RawSplit, load_raw_corpus
 from .sources import Sources
 from .text_rows import PIECE_CHARS
-from .tokenizer import tokenizer_fingerprint
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast
@@ -92,18 +91,27 @@ def prepare_corpus(sources: Sources, tokenizer: PreTrainedTokenizerFast) -> Prep
         raise ConfigError("the tokenizer has no eos_token; documents cannot be separated")
     tokenizer_id = tokenizer_fingerprint(tokenizer)
     target = Path(settings.cache_dir) / "blocks" / cache_key(sources, tokenizer_id)
-    reused = (target / META_FILE).is_file()
-    if reused:
-        if is_main_process():  # under `accelerate launch` the other processes load silently
-            print(f"reusing prepared blocks in {target}")
-    else:
+    reused, raw = (target / META_FILE).is_file(), None
+    if reused and is_main_process():  # under `accelerate launch` the other processes load silently
+        print(f"reusing prepared blocks in {target}")
+    elif not reused:
         print(f"preparing blocks in {target}")
-        with datasets_progress_bars(settings.show_progress), atomic_output_dir(target) as staging:
-            _prepare_into(staging, sources, tokenizer, tokenizer_id)
-    corpus = load_prepared(target)
-    corpus.reused = reused
-    corpus.report = read_report(target, settings) or _report_again(target, sources, corpus)
+    with datasets_progress_bars(settings.show_progress):
+        if not reused:
+            with atomic_output_dir(target) as staging:
+                raw = _prepare_into(staging, sources, tokenizer, tokenizer_id)
+        corpus = load_prepared(target)
+        corpus.reused = reused
+        # beside the blocks: made with them, or now for blocks without one (or with another sample's)
+        corpus.report = corpus_report(target, sources, corpus.train_stats.tokens, corpus.validation_stats.tokens, raw)
     return corpus
+
+
+def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerFast) -> str:
+    """A hash of everything that decides token ids: vocabulary, merges, special tokens."""
+    digest = hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode("utf-8"))
+    digest.update(json.dumps(tokenizer.special_tokens_map, sort_keys=True, default=str).encode("utf-8"))
+    return digest.hexdigest()[:16]
 
 
 def cache_key(sources: Sources, tokenizer_id: str) -> str:
@@ -116,16 +124,6 @@ def cache_key(sources: Sources, tokenizer_id: str) -> str:
         decisive.pop("dedup")
     decisive.update(format=sources.train.format, tokenizer=tokenizer_id, inputs=sources.key, version=CACHE_FORMAT_VERSION)
     return hashlib.sha256(json.dumps(decisive, sort_keys=True).encode()).hexdigest()[:20]
-
-
-def _report_again(target: Path, sources: Sources, corpus: PreparedCorpus) -> CorpusReport:
-    """The report for cached blocks without one, or with one of another sample, saved beside them."""
-    with datasets_progress_bars(sources.settings.show_progress):
-        raw = load_raw_corpus(sources)
-    report = build_report(raw, sources.settings, corpus.train_stats.tokens, corpus.validation_stats.tokens)
-    with atomic_write_file(target / REPORT_FILE) as handle:
-        json.dump(report.to_dict(), handle, indent=2)
-    return report
 
 
 @contextlib.contextmanager
@@ -161,8 +159,8 @@ def write_meta(
     (folder / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
 
 
-def _prepare_into(staging: Path, sources: Sources, tokenizer: PreTrainedTokenizerFast, tokenizer_id: str) -> None:
-    """Tokenize and pack both splits into `staging`, with their report and `META_FILE`."""
+def _prepare_into(staging: Path, sources: Sources, tokenizer: PreTrainedTokenizerFast, tokenizer_id: str) -> RawCorpus:
+    """Tokenize and pack both splits into `staging`, with their `META_FILE`; the raw corpus they were made of."""
     settings = sources.settings
     raw = load_raw_corpus(sources)
     backend = data_tokenizer(tokenizer)
@@ -198,12 +196,11 @@ def _prepare_into(staging: Path, sources: Sources, tokenizer: PreTrainedTokenize
             f"corpus too small for data.block_size={settings.block_size}: the {sizes} tokens, and each split needs "
             "at least one full block; add text, lower data.block_size or change data.validation_fraction"
         )
-    report = build_report(raw, settings, stats["train"].tokens, stats["validation"].tokens)
-    (staging / REPORT_FILE).write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
     files = sources.train.paths + (sources.validation.paths if sources.validation else [])
     # the sources by count and first name: a list of every file would grow with the corpus
     more = dict(format=sources.train.format, source_files=len(files), first_source=str(files[0]))
     write_meta(staging, tokenizer, tokenizer_id, settings.block_size, stats, settings=asdict(settings), **more)
+    return raw
 
 
 def load_prepared(folder: str | Path) -> PreparedCorpus:
@@ -217,42 +214,6 @@ def load_prepared(folder: str | Path) -> PreparedCorpus:
             raise DataError(f"{folder}/{name}.arrow has {dataset.num_rows} blocks, {META_FILE} says {stats[name].blocks}")
     keys = ("block_size", "vocab_size", "eos_token_id", "tokenizer_fingerprint")
     return PreparedCorpus(*splits.values(), *stats.values(), *(meta[k] for k in keys), cache_dir=folder)
-
-
-def check_compatible(
-    tokenizer: PreTrainedTokenizerFast,
-    vocab_size: int,
-    *,
-    max_position_embeddings: int | None = None,
-    bos_token_id: int | None = None,
-    eos_token_id: int | None = None,
-    pad_token_id: int | None = None,
-    corpus: PreparedCorpus | None = None,
-    allow_larger_vocab: bool = False,
-) -> None:
-    """A one-line `ConfigError` unless the tokenizer, the model config's values (the ids not None) and
-    the prepared corpus agree; a larger model vocabulary only with `allow_larger_vocab` (padded)."""
-    size = len(tokenizer)  # includes added special tokens, unlike tokenizer.vocab_size
-    if vocab_size < size or (vocab_size > size and not allow_larger_vocab):
-        raise ConfigError(f"the model's vocab_size is {vocab_size} but the tokenizer has {size} tokens")
-    for name, model_id in (("bos", bos_token_id), ("eos", eos_token_id), ("pad", pad_token_id)):
-        token_id = getattr(tokenizer, f"{name}_token_id")
-        if model_id is not None and model_id != token_id:
-            raise ConfigError(f"the model's {name}_token_id is {model_id} but the tokenizer's is {token_id}")
-    if corpus is None:
-        return
-    if corpus.tokenizer_fingerprint != tokenizer_fingerprint(tokenizer):
-        raise ConfigError(f"the prepared blocks in {corpus.cache_dir} were tokenized by another tokenizer; prepare the data again")
-    if corpus.vocab_size != size or corpus.eos_token_id != tokenizer.eos_token_id:
-        raise ConfigError(
-            f"the prepared blocks in {corpus.cache_dir} use vocab {corpus.vocab_size} and eos id "
-            f"{corpus.eos_token_id}, the tokenizer {size} and {tokenizer.eos_token_id}"
-        )
-    if max_position_embeddings is not None and corpus.block_size > max_position_embeddings:  # no position beyond
-        raise ConfigError(
-            f"the prepared blocks in {corpus.cache_dir} are {corpus.block_size} tokens long, more than the model's "
-            f"max_position_embeddings ({max_position_embeddings})"
-        )
 
 
 # ---- tokenizing and packing ----------------------------------------------------------------------

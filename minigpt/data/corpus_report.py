@@ -12,10 +12,12 @@ from typing import Any
 
 import numpy as np
 
+from ..atomic import atomic_write_file
 from ..console import plural
 from .duplicates import PREFIX_CHARS, THRESHOLD, DuplicateIndex, document_batches, join_documents
-from .raw_corpus import RawCorpus, document_sizes
+from .raw_corpus import RawCorpus, document_sizes, load_raw_corpus
 from .settings import DataSettings, seeded_unit
+from .sources import Sources
 
 REPORT_FILE = "corpus_report.json"  # beside the prepared blocks, and in a run's folder
 REPORT_VERSION = 1  # bump when the same corpus gives another report
@@ -199,3 +201,16 @@ def read_report(folder: Path, settings: DataSettings) -> CorpusReport | None:
     sample.pop("whole", None)
     return CorpusReport.from_dict(record) if sample == scan_settings(settings) else None
 
+
+def corpus_report(
+    folder: Path, sources: Sources, train_tokens: int, validation_tokens: int, raw: RawCorpus | None = None
+) -> CorpusReport:
+    """The report on the blocks in `folder`: the one saved there with these settings, else one made now
+    from `raw` (the text the blocks were made of; loaded from `sources` when not given) and saved."""
+    saved = read_report(folder, sources.settings)
+    if saved is not None:
+        return saved
+    report = build_report(raw or load_raw_corpus(sources), sources.settings, train_tokens, validation_tokens)
+    with atomic_write_file(Path(folder) / REPORT_FILE) as handle:
+        json.dump(report.to_dict(), handle, indent=2)
+    return report

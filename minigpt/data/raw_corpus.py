@@ -21,10 +21,10 @@ from tqdm.auto import tqdm
 from ..atomic import atomic_write_file
 from ..console import datasets_progress_bars, plural
 from ..distributed import is_main_process
-from ..errors import DataError, MiniGPTUserError
+from ..errors import ConfigError, DataError, MiniGPTUserError
 from .duplicates import DEDUP_VERSION, DuplicateIndex, comparison, document_batches, join_documents
 from .settings import DataSettings, seeded_unit
-from .sources import SourceList, Sources, detect_format, invalid_text
+from .sources import SourceList, Sources
 from .text_rows import INVALID_CHARS, load_text_files, text_features, text_row
 
 LOCAL_FILES_BAR_THRESHOLD = 16  # datasets' DownloadManager draws a "download" bar from this many local files
@@ -133,7 +133,8 @@ class RawCorpus:
 def load_raw_corpus(sources: Sources) -> RawCorpus:
     """Load, check, deduplicate and split the raw text of `sources` (Arrow on disk, or streamed)."""
     settings = sources.settings
-    detect_format(sources.train.paths, settings.format)  # conversations are no text
+    if sources.train.format == "chat":  # conversations are encoded by chat_data.py
+        raise ConfigError("data.format=chat is read by a chat run (scripts/train.py with model.init_from), not as text")
     loaded = _load(sources.train, settings, "train")
     removed = None
     if sources.validation is not None:
@@ -259,6 +260,16 @@ def _checked_documents(dataset, paths: list[Path], settings: DataSettings, role:
     if size == 0:
         raise DataError(f"{role} data {', '.join(map(str, paths[:3]))} holds no text")
     return RawSplit(role, dataset, rows, size, rows)
+
+
+def invalid_text(where: object, chars: int, invalid: int, settings: DataSettings) -> DataError | None:
+    """The error for text whose share of undecodable or NUL characters is over the limit, or None."""
+    if chars and invalid / chars > settings.max_invalid_utf8_fraction:
+        return DataError(
+            f"{where} does not look like UTF-8 text: {invalid / chars:.1%} of its characters are "
+            f"undecodable or NUL (data.max_invalid_utf8_fraction={settings.max_invalid_utf8_fraction})"
+        )
+    return None
 
 
 def _row_range(dataset, start: int, stop: int):

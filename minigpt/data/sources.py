@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..console import plural
 from ..distributed import is_main_process
-from ..errors import ConfigError, DataError
+from ..errors import DataError
 from .settings import DataSettings
 
 SUFFIX_FORMATS = {".jsonl": "json", ".json": "json", ".ndjson": "json", ".parquet": "parquet"}
@@ -122,9 +122,12 @@ def _digest(file: Path, size: int, share: int | None, settings: DataSettings | N
         head = handle.read(SNIFF_BYTES)
         if settings is not None:
             text = codecs.getincrementaldecoder("utf-8")("replace").decode(head, final=len(head) < SNIFF_BYTES)
-            error = invalid_text(file, len(text), text.count("\ufffd") + text.count("\x00"), settings)
-            if error is not None:
-                raise error
+            invalid = text.count("\ufffd") + text.count("\x00")  # its start: the whole file is checked as it loads
+            if text and invalid / len(text) > settings.max_invalid_utf8_fraction:
+                raise DataError(
+                    f"{file} does not look like UTF-8 text: {invalid / len(text):.1%} of its characters are undecodable "
+                    f"or NUL (data.max_invalid_utf8_fraction={settings.max_invalid_utf8_fraction})"
+                )
         digest.update(head)
         if share is None or size <= share:
             while block := handle.read(1 << 20):
@@ -135,16 +138,6 @@ def _digest(file: Path, size: int, share: int | None, settings: DataSettings | N
             handle.seek(k * (size - SNIFF_BYTES) // (count - 1))
             digest.update(handle.read(SNIFF_BYTES))
     return digest.digest(), False
-
-
-def invalid_text(where: object, chars: int, invalid: int, settings: DataSettings) -> DataError | None:
-    """The error for text whose share of undecodable or NUL characters is over the limit, or None."""
-    if chars and invalid / chars > settings.max_invalid_utf8_fraction:
-        return DataError(
-            f"{where} does not look like UTF-8 text: {invalid / chars:.1%} of its characters are "
-            f"undecodable or NUL (data.max_invalid_utf8_fraction={settings.max_invalid_utf8_fraction})"
-        )
-    return None
 
 
 def resolve_files(entries: list[str], role: str, exclude: Sequence[str] = ()) -> list[tuple[Path, str]]:
@@ -246,8 +239,6 @@ def _describe_skips(skipped: Counter) -> str:
 
 def detect_format(paths: list[Path], requested: str = "auto") -> str:
     """The loader for `paths`: `requested` unless "auto", else from the folder kind or file suffix."""
-    if requested == "chat":  # conversations are encoded by data/chat_data.py
-        raise ConfigError("data.format=chat is read by a chat run (scripts/train.py with model.init_from), not as text")
     kinds = {"arrow" if p.is_dir() else SUFFIX_FORMATS.get(p.suffix.lower(), "text") for p in paths}
     if requested != "auto":
         if "arrow" in kinds and requested != "arrow":

@@ -5,7 +5,6 @@ what it was trained on that is checked before it is reused (docs/data.md, "Token
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -37,8 +36,8 @@ SAMPLE_SEED_SALT = 0x70C5A3E1  # the sample's draw is another than the validatio
 def train_tokenizer(
     texts: Iterable[str], settings: TokenizerSettings, length: int | None = None
 ) -> PreTrainedTokenizerFast:
-    """Train a byte-level BPE on `texts`, streamed (never all in memory); `length` sizes the progress bar."""
-    settings.validate()
+    """Train a byte-level BPE on `texts`, streamed (never all in memory); `length` sizes the progress bar.
+    `settings` as a run config's (validated where it was read)."""
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tokenizer.decoder = decoders.ByteLevel()
@@ -112,13 +111,6 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
     for key in LOAD_ONLY_KEYS:
         tokenizer.init_kwargs.pop(key, None)
     return tokenizer
-
-
-def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerFast) -> str:
-    """A hash of everything that decides token ids: vocabulary, merges, special tokens."""
-    digest = hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode("utf-8"))
-    digest.update(json.dumps(tokenizer.special_tokens_map, sort_keys=True, default=str).encode("utf-8"))
-    return digest.hexdigest()[:16]
 
 
 def sample_plan(settings: TokenizerSettings, split_bytes: int, seed: int) -> dict[str, int] | None:
@@ -329,11 +321,10 @@ def check_existing_tokenizer(settings: TokenizerSettings, sources: Sources, new_
     described = "trained on data it has no record of"
     if "trained_on" in record:
         saved = TrainingData.from_dict(record["trained_on"])
+        sampled = _sample_difference(saved, settings, sources.settings.seed)  # said when the data is the same
         difference = saved.differences(TrainingData.of(sources))
-        if difference is not None:
-            problems.insert(0, f"on {difference}")
-        elif (sampled := _sample_difference(saved, settings, sources.settings.seed)) is not None:
-            problems.insert(0, sampled)
+        if difference is not None or sampled is not None:
+            problems.insert(0, f"on {difference}" if difference is not None else sampled)
         described = f"trained on {saved.describe()}"
     if not problems:
         return described

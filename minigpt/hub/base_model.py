@@ -16,7 +16,8 @@ from safetensors import SafetensorError
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-from ..data.tokenizer import load_tokenizer, tokenizer_fingerprint
+from ..data.corpus import tokenizer_fingerprint
+from ..data.tokenizer import load_tokenizer
 from ..errors import ConfigError, MiniGPTUserError
 from ..export.importing import import_stock_model
 from ..model import MiniGPTConfig, MiniGPTForCausalLM

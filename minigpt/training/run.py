@@ -31,7 +31,6 @@ from transformers import (
 from ..atomic import atomic_output_dir, atomic_write_file
 from ..console import plural, transformers_progress_bars
 from ..data.chat_ready import fit_embeddings
-from ..data.corpus import check_compatible
 from ..data.run_data import RunData, prepare_run_data
 from ..data.sources import Sources
 from ..data.tokenizer import load_or_train_tokenizer, load_tokenizer
@@ -277,15 +276,20 @@ def _model_to_train(start: RunStart, tokenizer: PreTrainedTokenizerBase, data: R
     config = model.config
     # The model's vocabulary and special ids agree with the tokenizer's. (The blocks were prepared
     # for this tokenizer, keyed by its fingerprint; the run config has checked they fit the model.)
-    check_compatible(
-        tokenizer,
-        config.vocab_size,
-        bos_token_id=config.bos_token_id,
-        eos_token_id=config.eos_token_id,
-        pad_token_id=config.pad_token_id,
-        allow_larger_vocab=run.model.init_from is not None,  # a stock base may pad its embedding
-    )
+    check_matches_tokenizer(config, tokenizer, allow_larger_vocab=run.model.init_from is not None)  # a stock base may pad
     return model
+
+
+def check_matches_tokenizer(config: MiniGPTConfig, tokenizer: PreTrainedTokenizerBase, allow_larger_vocab: bool) -> None:
+    """A one-line `ConfigError` unless the model's vocabulary (larger only with `allow_larger_vocab`:
+    padded) and its special ids (those set) are the tokenizer's."""
+    size = len(tokenizer)  # added special tokens included, unlike tokenizer.vocab_size
+    if config.vocab_size < size or (config.vocab_size > size and not allow_larger_vocab):
+        raise ConfigError(f"the model's vocab_size is {config.vocab_size} but the tokenizer has {size} tokens")
+    for name in ("bos", "eos", "pad"):
+        model_id, token_id = getattr(config, f"{name}_token_id"), getattr(tokenizer, f"{name}_token_id")
+        if model_id is not None and model_id != token_id:
+            raise ConfigError(f"the model's {name}_token_id is {model_id} but the tokenizer's is {token_id}")
 
 
 def _announce(

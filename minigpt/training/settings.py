@@ -229,6 +229,16 @@ class TrainingSettings(TrainerBacked):
         require(self.sample_prompts != [], "training.sample_prompts", "needs at least one prompt (null: from the corpus)", [])
         require(bool(self.output_dir), "training.output_dir", "must not be empty", self.output_dir)
 
+    def schedule_kwargs(self) -> dict[str, Any]:
+        """Trainer's `lr_scheduler_kwargs`: the floor of cosine_with_min_lr; warmup_stable_decay's cosine
+        decay over the last `decay_fraction` of the steps, to the same floor."""
+        if self.lr_scheduler_type == "cosine_with_min_lr":
+            return {"min_lr": self.min_learning_rate}
+        if self.lr_scheduler_type == "warmup_stable_decay":
+            decay_steps = max(1, round(self.decay_fraction * self.max_steps))
+            return {"num_decay_steps": decay_steps, "min_lr_ratio": self.min_learning_rate / self.learning_rate, "decay_type": "cosine"}
+        return {}
+
 
 @takes_trainer_keys
 @dataclass(eq=False)

@@ -51,7 +51,7 @@ from .checkpoints import CompleteCheckpointCallback
 from .flops import ThroughputMeter, flops_per_token, resolve_peak_flops
 from .hardware import tf32_matmuls
 from .interrupt import StopController
-from .settings import HardwareSettings, RunConfig, TrainingSettings, effective_batch_size, require_choice
+from .settings import HardwareSettings, RunConfig, effective_batch_size, require_choice
 
 
 def shard_on_cpu(accelerator: Accelerator) -> bool:
@@ -104,7 +104,7 @@ def training_arguments(run: RunConfig, hardware: HardwareSettings) -> TrainingAr
         require_choice(t.optim, [name.value for name in OptimizerNames], "training.optim")
     try:
         return TrainingArguments(
-            **kwargs, output_dir=t.output_dir, lr_scheduler_kwargs=_schedule_kwargs(t), bf16=h.bf16,
+            **kwargs, output_dir=t.output_dir, lr_scheduler_kwargs=t.schedule_kwargs(), bf16=h.bf16,
             logging_strategy="steps", logging_first_step=True,  # the step-1 loss anchors the curve
             eval_strategy="steps", save_strategy="steps", disable_tqdm=False, load_best_model_at_end=best,
             prediction_loss_only=False,  # evaluation hands per-block sums to compute_metrics
@@ -112,17 +112,6 @@ def training_arguments(run: RunConfig, hardware: HardwareSettings) -> TrainingAr
         )
     except ValueError as err:  # what only the machine can tell, e.g. bf16 without a GPU
         raise ConfigError(f"hardware settings do not fit this machine: {err} (without a GPU use hardware.profile=cpu)") from None
-
-
-def _schedule_kwargs(t: TrainingSettings) -> dict[str, Any]:
-    """Trainer's scheduler keywords: the floor of cosine_with_min_lr; warmup_stable_decay's cosine
-    decay over the last `decay_fraction` of the steps, to the same floor."""
-    if t.lr_scheduler_type == "cosine_with_min_lr":
-        return {"min_lr": t.min_learning_rate}
-    if t.lr_scheduler_type == "warmup_stable_decay":
-        decay_steps = max(1, round(t.decay_fraction * t.max_steps))
-        return {"num_decay_steps": decay_steps, "min_lr_ratio": t.min_learning_rate / t.learning_rate, "decay_type": "cosine"}
-    return {}
 
 
 class TextScores:
