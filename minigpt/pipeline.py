@@ -28,9 +28,10 @@ def run_training(
     stop_controller = stop_controller or StopController()
     result = train(run, callbacks, stop_controller, resume, load_base=load_base, sources=sources)
     if is_main_process():
+        closing = describe_result(result)
         result.page = report_after_training(result)
         if stop_controller.signum is None:  # a signal's one line has said what happened
-            print(describe_result(result), flush=True)
+            print(closing, flush=True)
             if result.page is not None:  # last: the one file to open
                 print(f"run page: {result.page}", flush=True)
     return result

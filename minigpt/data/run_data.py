@@ -202,11 +202,11 @@ def prepare_run_data(
     if settings.format == "chat":
         note, added = add_chat_tokens(tokenizer)
         notes += [note] if note else []
+        stops = stop_token_ids(tokenizer)  # a reply ends at the end of its turn
+        collator: Callable = ChatCollator(tokenizer.pad_token_id)  # padded to each batch's longest
         corpus = prepare_chat_corpus(sources, tokenizer)
         train: Any = corpus.train
-        collator: Callable = ChatCollator(tokenizer.pad_token_id)  # padded to each batch's longest
         rows, what = "conversations", f"of up to {settings.block_size} tokens, padded per batch"
-        stops = stop_token_ids(tokenizer)  # a reply ends at the end of its turn
     else:
         corpus = prepare_corpus(sources, tokenizer)
         train = TrainingBlocks(corpus.train, seed=seed, shift=settings.shift_blocks)

@@ -164,10 +164,11 @@ def full_disk_is_one_line(output_dir: str | os.PathLike, resume_command: str | N
         if not full or not is_main_process():
             raise
         output_dir = Path(output_dir)
-        removed = [checkpoint for checkpoint in list_checkpoints(output_dir) if not is_complete(checkpoint)]
+        found = list_checkpoints(output_dir)  # newest first
+        removed = [checkpoint for checkpoint in found if not is_complete(checkpoint)]
         for checkpoint in removed:
             shutil.rmtree(checkpoint, ignore_errors=True)
-        last = newest_complete(output_dir)
+        last = next((checkpoint for checkpoint in found if checkpoint not in removed), None)
         kept = f"the last complete checkpoint is {last.name}" if last else "no complete checkpoint was written yet"
         needed = f"a checkpoint takes {_mb(checkpoint_bytes(last))}; " if last else ""
         unfinished = f"removed the unfinished {', '.join(c.name for c in removed)}; " if removed else ""

@@ -49,7 +49,6 @@ from ..run_layout import (
 )
 from .callbacks import MetricsFileCallback
 from .checkpoints import full_disk_is_one_line
-from .flops import matmul_parameter_count
 from .hardware import cpu_run_settings, resolve_hardware, training_dtype
 from .interrupt import StopController
 from .memory_estimate import estimate_run_memory
@@ -125,9 +124,9 @@ def train(
         tokenizer, data = _tokenizer_and_data(start, args)
         if run.training.budget is not None:  # a new run sized for its corpus and budget
             start.plan = _size_for_budget(run, tokenizer, data, args, dtype)
+        model = _model_to_train(start, tokenizer, data, hardware.attn_implementation)
         if start.plan is not None or start.plan_adopted:
             args = training_arguments(run, hardware)  # the plan's steps, warmup and learning rates
-        model = _model_to_train(start, tokenizer, data, hardware.attn_implementation)
         args.eval_on_start = start.base is not None  # step 0: a base on the new validation data
         trainer = build_trainer(run, args, model, tokenizer, data, callbacks, stop_controller, dtype=dtype)
         if args.should_save:  # the one process that prints and writes run files
@@ -325,7 +324,7 @@ def _announce(
     lines.append(f"MFU against {trainer.peak_flops.flops:.3g} FLOP/s per device ({trainer.peak_flops.source})")
     print("\n".join(lines), flush=True)
     if data.report is not None:  # the corpus, and the epochs and tokens per parameter this plan makes of it
-        parameters = matmul_parameter_count(model, model.config)
+        parameters = trainer.matmul_parameters
         tokens = batch * block * steps
         ratio = FITTED_RULE.tokens_per_parameter(parameters, tokens, data.report.train["tokens"])
         report = data.report.with_plan(tokens, parameters, ratio, FITTED_RULE.ratio)

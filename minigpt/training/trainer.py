@@ -48,7 +48,7 @@ from .callbacks import (
     StopTrainingCallback,
 )
 from .checkpoints import CompleteCheckpointCallback
-from .flops import ThroughputMeter, flops_per_token, resolve_peak_flops
+from .flops import ThroughputMeter, flops_per_token, matmul_parameter_count, resolve_peak_flops
 from .hardware import tf32_matmuls
 from .interrupt import StopController
 from .settings import HardwareSettings, RunConfig, effective_batch_size, require_choice
@@ -243,13 +243,13 @@ def build_trainer(
     whose peak FLOP/s MFU divides by."""
     t, output_dir = run.training, Path(run.training.output_dir)
     stop_controller = stop_controller or StopController()
+    tf32 = tf32_matmuls(run.hardware)
     with args.main_process_first(desc="peak FLOP/s"):  # one process measures, the others read the cache
-        peak = resolve_peak_flops(
-            run.hardware.peak_flops, args.device, dtype, tf32=tf32_matmuls(run.hardware)
-        )
+        peak = resolve_peak_flops(run.hardware.peak_flops, args.device, dtype, tf32=tf32)
     block = run.data.block_size
     meter = ThroughputMeter(effective_batch_size(run.hardware, args.world_size), block,
                             flops_per_token(model, model.config, block), peak.flops, args.world_size)
+    matmul_parameters = matmul_parameter_count(model, model.config)  # the corpus report's tokens per parameter
     segment = {"hardware": run.hardware.to_dict(), "threads": torch.get_num_threads()}
     own: list[TrainerCallback] = [
         meter,  # first, so sampling at step end is not timed as training
@@ -266,16 +266,18 @@ def build_trainer(
         own.append(MaxTimeCallback(t.max_time, t.warmup_steps, say=args.should_save))
     scores = TextScores(data.token_bytes)
     # Last the stop (it sees any other's at this step), then the checkpoint marker.
+    stop, log_lines = StopTrainingCallback(stop_controller), LogLineProgressCallback(stop_controller)
     checkpoints = CompleteCheckpointCallback(yaml.safe_dump(run.to_dict(), sort_keys=False), t.save_total_limit)
     trainer = MiniGPTTrainer(
         model=model, args=args, train_dataset=data.train, eval_dataset=data.evaluation.blocks,
         processing_class=tokenizer, data_collator=data.collator,
-        callbacks=[*own, *callbacks, StopTrainingCallback(stop_controller), checkpoints],
+        callbacks=[*own, *callbacks, stop, checkpoints],
         preprocess_logits_for_metrics=scores.preprocess_logits_for_metrics, compute_metrics=scores.compute_metrics,
         decay_embeddings=t.decay_embeddings, throughput=meter, validation_blocks=data.evaluation.total,
         stop_controller=stop_controller,
     )
     trainer.peak_flops = peak  # what MFU divides by, and where it came from (the run's first lines say)
+    trainer.matmul_parameters = matmul_parameters
     trainer.remove_callback(ProgressCallback)
-    trainer.add_callback(LogLineProgressCallback(stop_controller))
+    trainer.add_callback(log_lines)
     return trainer
