@@ -39,7 +39,7 @@ from minigpt.evaluation import (
     words_in_pieces,
 )
 from minigpt.hub.loading import load_model, load_tokenizer, resolve_model
-from minigpt.training.trainer import MiniGPTTrainer, TextScores
+from minigpt.training.trainer import MiniGPTTrainer, bits_per_byte_metric
 
 EVALUATE = REPO_ROOT / "scripts" / "evaluate.py"
 CONTEXT = 64  # tiny_model's max_position_embeddings
@@ -294,14 +294,13 @@ def training_evaluation(model, tokenizer, blocks, tmp_path) -> dict[str, float]:
         prediction_loss_only=False,
         disable_tqdm=True,
     )
-    scores = TextScores(token_byte_lengths(tokenizer))
     trainer = MiniGPTTrainer(
         model=model,
         args=args,
         eval_dataset=blocks,
         data_collator=default_data_collator,
-        preprocess_logits_for_metrics=scores.preprocess_logits_for_metrics,
-        compute_metrics=scores.compute_metrics,
+        token_bytes=token_byte_lengths(tokenizer),
+        compute_metrics=bits_per_byte_metric,
     )
     return trainer.evaluate()
 

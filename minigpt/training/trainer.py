@@ -114,30 +114,24 @@ def training_arguments(run: RunConfig, hardware: HardwareSettings) -> TrainingAr
         raise ConfigError(f"hardware settings do not fit this machine: {err} (without a GPU use hardware.profile=cpu)") from None
 
 
-class TextScores:
-    """Trainer's metric hooks for bits per byte: each batch's (B, T, V) logits become (B, 5) sums,
-    which Trainer gathers across processes; `compute_metrics` adds them up. token_bytes: (V,)."""
-
-    def __init__(self, token_bytes: np.ndarray) -> None:
-        self.token_bytes = torch.as_tensor(token_bytes)
-
-    def preprocess_logits_for_metrics(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return next_token_scores(logits, block_targets(labels), self.token_bytes)  # (B, 5)
-
-    def compute_metrics(self, prediction: EvalPrediction) -> dict[str, float]:
-        return {"bpb": bits_per_byte(prediction.predictions)}
+def bits_per_byte_metric(prediction: EvalPrediction) -> dict[str, float]:
+    """`compute_metrics` for `MiniGPTTrainer` with `token_bytes`: its predictions are the gathered (N, 5)
+    `next_token_scores` rows of the evaluation."""
+    return {"bpb": bits_per_byte(prediction.predictions)}
 
 
 class MiniGPTTrainer(Trainer):
-    """Trainer with MiniGPT's weight-decay groups, FSDP2 on CPU processes and derived figures in
-    every log record. `throughput`: a `ThroughputMeter`; `validation_blocks`: the split's blocks
-    (an evaluation may read a sample); `stop_controller`: a stop cuts an evaluation short."""
+    """Trainer with MiniGPT's weight-decay groups, FSDP2 on CPU processes, one cross-entropy per
+    evaluation and derived figures in every log record. `throughput`: a `ThroughputMeter`;
+    `validation_blocks`: the split's blocks (an evaluation may read a sample); `stop_controller`: a stop
+    cuts an evaluation short; `token_bytes`: (V,) bytes per token id, for bits per byte."""
 
     def __init__(
         self, *args: Any, decay_embeddings: bool = False, throughput: Any = None, validation_blocks: int | None = None,
-        stop_controller: Any = None, **kwargs: Any,
+        stop_controller: Any = None, token_bytes: np.ndarray | None = None, **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        self.token_bytes = None if token_bytes is None else torch.as_tensor(token_bytes)
         self.decay_embeddings, self.throughput = decay_embeddings, throughput
         self.validation_blocks, self.stop_controller = validation_blocks, stop_controller
         self.evaluation_cut = False  # the last evaluation ended early for a stop: not logged
@@ -176,6 +170,19 @@ class MiniGPTTrainer(Trainer):
         if self.processing_class is not None:
             self.processing_class.save_pretrained(output_dir)
         torch.save(self.args, os.path.join(output_dir, "training_args.bin"))
+
+    def compute_loss(
+        self, model: nn.Module, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None
+    ) -> Any:
+        """Training: the model's own loss. Evaluating with `token_bytes`: one cross-entropy per token
+        (`next_token_scores`) gives both the batch's mean token loss and the (B, 5) sums bits per byte is
+        made of, which Trainer gathers across processes as the predictions."""
+        if model.training or self.token_bytes is None or not return_outputs:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        logits = model(**{key: value for key, value in inputs.items() if key != "labels"}).logits  # (B, T, V)
+        scores = next_token_scores(logits, block_targets(inputs["labels"]), self.token_bytes)  # (B, 5)
+        loss = scores[:, 0].sum() / scores[:, 1].sum().clamp(min=1)  # nats per scored prediction
+        return loss, {"loss": loss, "scores": scores}
 
     def get_eval_dataloader(self, eval_dataset: Any = None) -> Any:
         """Trainer's, ending early once a stop is asked (one process only: several would have to agree)."""
@@ -264,7 +271,6 @@ def build_trainer(
         own.append(ParameterLayoutCallback())
     if t.max_time is not None:
         own.append(MaxTimeCallback(t.max_time, t.warmup_steps, say=args.should_save))
-    scores = TextScores(data.token_bytes)
     # Last the stop (it sees any other's at this step), then the checkpoint marker.
     stop, log_lines = StopTrainingCallback(stop_controller), LogLineProgressCallback(stop_controller)
     checkpoints = CompleteCheckpointCallback(yaml.safe_dump(run.to_dict(), sort_keys=False), t.save_total_limit)
@@ -272,7 +278,7 @@ def build_trainer(
         model=model, args=args, train_dataset=data.train, eval_dataset=data.evaluation.blocks,
         processing_class=tokenizer, data_collator=data.collator,
         callbacks=[*own, *callbacks, stop, checkpoints],
-        preprocess_logits_for_metrics=scores.preprocess_logits_for_metrics, compute_metrics=scores.compute_metrics,
+        token_bytes=data.token_bytes, compute_metrics=bits_per_byte_metric,
         decay_embeddings=t.decay_embeddings, throughput=meter, validation_blocks=data.evaluation.total,
         stop_controller=stop_controller,
     )
