@@ -146,7 +146,7 @@ def _forking() -> Iterator[None]:
 def write_meta(
     folder: Path, tokenizer: PreTrainedTokenizerFast, tokenizer_id: str, block_size: int, stats: dict, **more: object
 ) -> None:
-    """`META_FILE` of prepared rows: what `load_prepared` and `check_compatible` read, and `more`;
+    """`META_FILE` of prepared rows: what `load_prepared` reads, and `more`;
     `tokenizer_id` is the `tokenizer_fingerprint` the caller keyed the rows by."""
     meta = {
         "block_size": block_size,
