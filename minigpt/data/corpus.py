@@ -91,11 +91,11 @@ def prepare_corpus(sources: Sources, tokenizer: PreTrainedTokenizerFast) -> Prep
         raise ConfigError("the tokenizer has no eos_token; documents cannot be separated")
     tokenizer_id = tokenizer_fingerprint(tokenizer)
     target = Path(settings.cache_dir) / "blocks" / cache_key(sources, tokenizer_id)
-    reused, raw = (target / META_FILE).is_file(), None
-    if reused and is_main_process():  # under `accelerate launch` the other processes load silently
-        print(f"reusing prepared blocks in {target}")
-    elif not reused:
+    reused, raw = (target / META_FILE).is_file(), None  # raw: the text the blocks are made of now
+    if not reused:
         print(f"preparing blocks in {target}")
+    elif is_main_process():  # under `accelerate launch` the other processes load silently
+        print(f"reusing prepared blocks in {target}")
     with datasets_progress_bars(settings.show_progress):
         if not reused:
             with atomic_output_dir(target) as staging:

@@ -18,6 +18,8 @@ import datasets
 import numpy as np
 from datasketch import MinHash, MinHashLSH
 
+from .text_rows import BATCH_ROWS
+
 SHINGLE_WORDS = 5  # words per shingle
 THRESHOLD = 0.8  # estimated Jaccard similarity of the shingle sets at which a document is a near duplicate
 CANDIDATE_THRESHOLD = 0.7  # what MinHashLSH is tuned for: recall at THRESHOLD, the estimate confirms
@@ -25,7 +27,6 @@ NUM_PERM = 128  # MinHash permutations: the estimate's standard error at 0.8 is 
 MINHASH_SEED = 1  # the permutations: the same on every machine, so dedup removes the same documents
 PREFIX_CHARS = 20_000  # characters of a document compared, at most
 DEDUP_VERSION = 1  # bump when data.dedup removes other documents from the same inputs
-BATCH_ROWS = 10_000  # rows of an Arrow batch read (memory: one batch)
 
 
 @functools.cache

@@ -24,11 +24,10 @@ from ..distributed import is_main_process
 from ..errors import ConfigError, DataError, MiniGPTUserError
 from .duplicates import DEDUP_VERSION, DuplicateIndex, comparison, document_batches, join_documents
 from .settings import DataSettings, seeded_unit
-from .sources import SourceList, Sources
-from .text_rows import INVALID_CHARS, load_text_files, text_features, text_row
+from .sources import INVALID_CHARS, SourceList, Sources, invalid_text
+from .text_rows import BATCH_ROWS, load_text_files, text_features, text_row
 
 LOCAL_FILES_BAR_THRESHOLD = 16  # datasets' DownloadManager draws a "download" bar from this many local files
-BATCH_ROWS = 10_000  # rows of an Arrow batch read back (memory: one batch)
 _said: set[str] = set()  # lines said once per process (a run loads its corpus for the tokenizer, then the blocks)
 
 
@@ -170,7 +169,7 @@ def _offline() -> Iterator[None]:
 
 
 def _load(source: SourceList, settings: DataSettings, role: str) -> RawSplit:
-    """`source` as rows of a `text` column, checked to be text."""
+    """`source` as rows of a `text` column, counted and checked to be text."""
     paths, fmt = source.paths, source.format
     names = ", ".join(str(p) for p in paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
     # from 16 files on, datasets draws a "Downloading data" bar for local paths: no work to watch
@@ -182,28 +181,32 @@ def _load(source: SourceList, settings: DataSettings, role: str) -> RawSplit:
                     [str(p) for p in paths], str(Path(settings.cache_dir) / "datasets"), source.key,
                     settings.processes(), settings.streaming,
                 )
-                return _checked_text_rows(dataset, paths, settings, role)  # a stream is read (and can fail) here
-            if fmt == "arrow":
-                if len(paths) != 1:
-                    raise DataError(f"{role}: give one save_to_disk folder, got {len(paths)} paths")
-                dataset = _load_saved(paths[0], role)
-                dataset = dataset.to_iterable_dataset() if settings.streaming else dataset
+                split, texts = _counted_text_rows(dataset, paths, role)  # a stream is read (and can fail) here
             else:
-                dataset = datasets.load_dataset(
-                    fmt,
-                    data_files=[str(p) for p in paths],
-                    split="train",
-                    # a folder per content key: an edit that keeps the mtime (datasets' own key) is seen too
-                    cache_dir=str(Path(settings.cache_dir) / "datasets" / source.key),
-                    streaming=settings.streaming,
-                )
-            dataset = _text_field(dataset, settings.text_field, role, names)
-            return _checked_documents(dataset, paths, settings, role)  # a stream is read (and can fail) here
+                if fmt == "arrow":
+                    if len(paths) != 1:
+                        raise DataError(f"{role}: give one save_to_disk folder, got {len(paths)} paths")
+                    dataset = _load_saved(paths[0], role)
+                    dataset = dataset.to_iterable_dataset() if settings.streaming else dataset
+                else:
+                    dataset = datasets.load_dataset(
+                        fmt,
+                        data_files=[str(p) for p in paths],
+                        split="train",
+                        # a folder per content key: an edit that keeps the mtime (datasets' own key) is seen too
+                        cache_dir=str(Path(settings.cache_dir) / "datasets" / source.key),
+                        streaming=settings.streaming,
+                    )
+                split, texts = _counted_documents(_text_field(dataset, settings.text_field, role, names), paths, role)
     except MiniGPTUserError:
         raise
     except (datasets.exceptions.DatasetGenerationError, pa.ArrowException, UnicodeDecodeError, ValueError) as err:
         cause = err.__cause__ or err
         raise DataError(f"cannot read {role} data {names} as {fmt}: {type(cause).__name__}: {cause}") from err
+    for where, chars, invalid in texts:  # mostly undecodable text refused
+        if (error := invalid_text(where, chars, invalid, settings.max_invalid_utf8_fraction)) is not None:
+            raise error
+    return split
 
 
 def _load_saved(path: Path, role: str) -> datasets.Dataset:
@@ -230,8 +233,9 @@ def _text_field(dataset, field: str, role: str, names: str):
     return dataset.rename_column(field, "text") if field != "text" else dataset
 
 
-def _checked_text_rows(dataset, paths: list[Path], settings: DataSettings, role: str) -> RawSplit:
-    """Text files' rows counted and each file checked, from the counts taken as they were read."""
+def _counted_text_rows(dataset, paths: list[Path], role: str) -> tuple[RawSplit, list[tuple[Path, int, int]]]:
+    """Text files' rows counted, from the counts taken as they were read, and (file, characters,
+    undecodable or NUL characters) of each file with any."""
     chars = np.zeros(len(paths), dtype=np.int64)
     invalid = np.zeros(len(paths), dtype=np.int64)
     rows = total = 0
@@ -240,14 +244,13 @@ def _checked_text_rows(dataset, paths: list[Path], settings: DataSettings, role:
         chars += np.bincount(doc, weights=numbers(table, "chars"), minlength=len(paths)).astype(np.int64)
         invalid += np.bincount(doc, weights=numbers(table, "invalid"), minlength=len(paths)).astype(np.int64)
         rows, total = rows + table.num_rows, total + int(numbers(table, "bytes").sum())
-    for doc in np.flatnonzero(invalid):
-        if (error := invalid_text(paths[doc], int(chars[doc]), int(invalid[doc]), settings)) is not None:
-            raise error
-    return RawSplit(role, dataset, rows, total, int((chars > 0).sum()))
+    texts = [(paths[doc], int(chars[doc]), int(invalid[doc])) for doc in np.flatnonzero(invalid)]
+    return RawSplit(role, dataset, rows, total, int((chars > 0).sum())), texts
 
 
-def _checked_documents(dataset, paths: list[Path], settings: DataSettings, role: str) -> RawSplit:
-    """A source of documents counted; mostly undecodable text refused."""
+def _counted_documents(dataset, paths: list[Path], role: str) -> tuple[RawSplit, list[tuple[object, int, int]]]:
+    """A source of documents counted, and (the source, characters, undecodable or NUL characters); one
+    with no text refused."""
     rows = size = chars = invalid = 0
     for table in dataset.with_format("arrow").iter(batch_size=BATCH_ROWS):
         column = table.column("text")
@@ -255,21 +258,9 @@ def _checked_documents(dataset, paths: list[Path], settings: DataSettings, role:
         size += pc.sum(pc.binary_length(column)).as_py() or 0
         chars += pc.sum(pc.utf8_length(column)).as_py() or 0
         invalid += sum(pc.sum(pc.count_substring(column, pattern=bad)).as_py() or 0 for bad in INVALID_CHARS)
-    if (error := invalid_text(paths[0] if len(paths) == 1 else f"{role} data", chars, invalid, settings)) is not None:
-        raise error
     if size == 0:
         raise DataError(f"{role} data {', '.join(map(str, paths[:3]))} holds no text")
-    return RawSplit(role, dataset, rows, size, rows)
-
-
-def invalid_text(where: object, chars: int, invalid: int, settings: DataSettings) -> DataError | None:
-    """The error for text whose share of undecodable or NUL characters is over the limit, or None."""
-    if chars and invalid / chars > settings.max_invalid_utf8_fraction:
-        return DataError(
-            f"{where} does not look like UTF-8 text: {invalid / chars:.1%} of its characters are "
-            f"undecodable or NUL (data.max_invalid_utf8_fraction={settings.max_invalid_utf8_fraction})"
-        )
-    return None
+    return RawSplit(role, dataset, rows, size, rows), [(paths[0] if len(paths) == 1 else f"{role} data", chars, invalid)]
 
 
 def _row_range(dataset, start: int, stop: int):
@@ -341,7 +332,6 @@ def deduplicated(
         "inputs": [source.key for source in sources],
         "format": sources[0].format,
         "text_field": None if sources[0].format == "text" else settings.text_field,
-        # datasketch's permutation scheme ("affine32" from datasketch 2, "legacy" before)
         "comparison": comparison(),
         "version": DEDUP_VERSION,
     }

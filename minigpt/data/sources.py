@@ -23,6 +23,7 @@ SUFFIX_FORMATS = {".jsonl": "json", ".json": "json", ".ndjson": "json", ".parque
 COMPILED_SUFFIXES = frozenset(
     (".pyc", ".pyo", ".pyd", ".so", ".o", ".a", ".obj", ".dll", ".dylib", ".exe", ".class", ".jar", ".whl")
 )
+INVALID_CHARS = ("\ufffd", "\x00")  # what undecodable bytes become (errors="replace") and binary's NULs
 SNIFF_BYTES = 8192  # bytes read from a file's start to tell text from binary, and a sample's unit
 BINARY_INVALID_SHARE = 0.1  # a folder's file with more undecodable characters than this at its start is binary
 # Inputs up to this size are hashed whole (an edit anywhere is seen); larger ones by evenly spaced
@@ -122,12 +123,9 @@ def _digest(file: Path, size: int, share: int | None, settings: DataSettings | N
         head = handle.read(SNIFF_BYTES)
         if settings is not None:
             text = codecs.getincrementaldecoder("utf-8")("replace").decode(head, final=len(head) < SNIFF_BYTES)
-            invalid = text.count("\ufffd") + text.count("\x00")  # its start: the whole file is checked as it loads
-            if text and invalid / len(text) > settings.max_invalid_utf8_fraction:
-                raise DataError(
-                    f"{file} does not look like UTF-8 text: {invalid / len(text):.1%} of its characters are undecodable "
-                    f"or NUL (data.max_invalid_utf8_fraction={settings.max_invalid_utf8_fraction})"
-                )
+            invalid = sum(text.count(bad) for bad in INVALID_CHARS)  # its start: all of it is checked as it loads
+            if (error := invalid_text(file, len(text), invalid, settings.max_invalid_utf8_fraction)) is not None:
+                raise error
         digest.update(head)
         if share is None or size <= share:
             while block := handle.read(1 << 20):
@@ -138,6 +136,17 @@ def _digest(file: Path, size: int, share: int | None, settings: DataSettings | N
             handle.seek(k * (size - SNIFF_BYTES) // (count - 1))
             digest.update(handle.read(SNIFF_BYTES))
     return digest.digest(), False
+
+
+def invalid_text(where: object, chars: int, invalid: int, max_fraction: float) -> DataError | None:
+    """The error for text whose share of undecodable or NUL characters (`INVALID_CHARS`) is over
+    `max_fraction` (data.max_invalid_utf8_fraction), or None."""
+    if chars and invalid / chars > max_fraction:
+        return DataError(
+            f"{where} does not look like UTF-8 text: {invalid / chars:.1%} of its characters are "
+            f"undecodable or NUL (data.max_invalid_utf8_fraction={max_fraction})"
+        )
+    return None
 
 
 def resolve_files(entries: list[str], role: str, exclude: Sequence[str] = ()) -> list[tuple[Path, str]]:

@@ -7,10 +7,12 @@ from collections.abc import Iterator
 
 import datasets
 
+from .sources import INVALID_CHARS
+
 PIECE_CHARS = 1 << 16  # characters per row at most (twice that where a line runs on): bounded batches
-INVALID_CHARS = ("\ufffd", "\x00")  # what undecodable bytes become (errors="replace") and binary's NULs
 LOADER_VERSION = 1  # bump when the rows made from the same files change (part of the cache fingerprint)
 WRITER_BATCH_ROWS = 64  # rows a loading process holds before writing (datasets' 1000 x 128K characters is too many)
+BATCH_ROWS = 10_000  # rows of an Arrow batch read back (memory: one batch)
 
 
 def text_features() -> datasets.Features:

@@ -25,8 +25,9 @@ def write_report(output_dir: str | os.PathLike) -> Path:
     run = read_run_folder(output_dir)
     bpb = (run.summary or {}).get("eval_bpb")
     title = f"MiniGPT: {run.path.name}" + (f" (validation: {bpb:.3f} bits/byte)" if isinstance(bpb, float) else "")
+    losses, evaluations = series(run.records, "loss"), series(run.records, "eval_loss")
     page = write_run_page(run)
-    write_loss_png(series(run.records, "loss"), series(run.records, "eval_loss"), run.path / LOSS_PLOT_FILE, title)
+    write_loss_png(losses, evaluations, run.path / LOSS_PLOT_FILE, title)
     return page
 
 

@@ -49,6 +49,7 @@ from ..run_layout import (
 )
 from .callbacks import MetricsFileCallback
 from .checkpoints import full_disk_is_one_line
+from .flops import matmul_parameter_count
 from .hardware import cpu_run_settings, resolve_hardware, training_dtype
 from .interrupt import StopController
 from .memory_estimate import estimate_run_memory
@@ -324,7 +325,7 @@ def _announce(
     lines.append(f"MFU against {trainer.peak_flops.flops:.3g} FLOP/s per device ({trainer.peak_flops.source})")
     print("\n".join(lines), flush=True)
     if data.report is not None:  # the corpus, and the epochs and tokens per parameter this plan makes of it
-        parameters = trainer.matmul_parameters
+        parameters = matmul_parameter_count(model, model.config)
         tokens = batch * block * steps
         ratio = FITTED_RULE.tokens_per_parameter(parameters, tokens, data.report.train["tokens"])
         report = data.report.with_plan(tokens, parameters, ratio, FITTED_RULE.ratio)

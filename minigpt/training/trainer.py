@@ -48,7 +48,7 @@ from .callbacks import (
     StopTrainingCallback,
 )
 from .checkpoints import CompleteCheckpointCallback
-from .flops import ThroughputMeter, flops_per_token, matmul_parameter_count, resolve_peak_flops
+from .flops import ThroughputMeter, flops_per_token, resolve_peak_flops
 from .hardware import tf32_matmuls
 from .interrupt import StopController
 from .settings import HardwareSettings, RunConfig, effective_batch_size, require_choice
@@ -256,7 +256,6 @@ def build_trainer(
     block = run.data.block_size
     meter = ThroughputMeter(effective_batch_size(run.hardware, args.world_size), block,
                             flops_per_token(model, model.config, block), peak.flops, args.world_size)
-    matmul_parameters = matmul_parameter_count(model, model.config)  # the corpus report's tokens per parameter
     segment = {"hardware": run.hardware.to_dict(), "threads": torch.get_num_threads()}
     own: list[TrainerCallback] = [
         meter,  # first, so sampling at step end is not timed as training
@@ -283,7 +282,6 @@ def build_trainer(
         stop_controller=stop_controller,
     )
     trainer.peak_flops = peak  # what MFU divides by, and where it came from (the run's first lines say)
-    trainer.matmul_parameters = matmul_parameters
     trainer.remove_callback(ProgressCallback)
     trainer.add_callback(log_lines)
     return trainer
